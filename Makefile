@@ -1,0 +1,67 @@
+# hakmem — build, test and benchmark entry points.
+#   make                 build/libhakmem.so and build/libhakmem.a
+#   make test            build and run the test suite (ends with "N passed, N failed")
+#   make test-sanitize   the suite's unit tests with hakmem built under ASan+UBSan and TSan
+#   make bench           the benchmark comparison against glibc, mimalloc, jemalloc, tcmalloc
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS_BASE = -std=gnu11 -Wall -Wextra -Wno-unused-parameter -D_GNU_SOURCE -Iinclude -Isrc \
+              -fPIC -fvisibility=hidden -ftls-model=initial-exec -fno-semantic-interposition \
+              -fno-builtin-malloc -fno-builtin-free -fno-builtin-calloc -fno-builtin-realloc \
+              -fexceptions -pthread
+CFLAGS  ?= $(OPT) -g
+ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
+
+SRCS    = $(wildcard src/*.c)
+HDRS    = $(wildcard src/*.h) include/hakmem.h
+OBJS    = $(SRCS:src/%.c=$(BUILD)/obj/%.o)
+
+.PHONY: all test test-sanitize bench clean
+all: $(BUILD)/libhakmem.so $(BUILD)/libhakmem.a
+
+$(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libhakmem.so: $(OBJS)
+	$(CC) -shared -pthread -Wl,-soname,libhakmem.so -Wl,-z,nodelete $(OBJS) -o $@
+
+$(BUILD)/libhakmem.a: $(OBJS)
+	rm -f $@ && ar rcs $@ $(OBJS)
+
+$(BUILD)/obj $(BUILD)/tests:
+	mkdir -p $@
+
+# ---- tests ---------------------------------------------------------------
+# Every tests/test_*.c is one program linked against the static library; every
+# tests/test_*.sh is a script test.  tests/run.sh runs them all with time limits.
+TEST_SRCS = $(wildcard tests/test_*.c)
+TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pthread
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libhakmem.a | $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) $< -o $@ $(BUILD)/libhakmem.a -pthread
+
+test: all $(TEST_BINS)
+	@BUILD=$(BUILD) tests/run.sh
+
+# Sanitizer builds: hakmem is compiled with the sanitizer and linked into the
+# tests under its hakmem_* names only (HAKMEM_NO_OVERRIDE), so the sanitizer's
+# own malloc stays in charge of the C library while it checks hakmem's code.
+SAN_TESTS = test_api test_sizeclass test_integrity test_mt
+test-sanitize:
+	$(MAKE) BUILD=build/asan CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -DHAKMEM_NO_OVERRIDE" san-run
+	$(MAKE) BUILD=build/tsan CC=clang CFLAGS="-O1 -g -fsanitize=thread -DHAKMEM_NO_OVERRIDE" san-run
+
+san-run: $(BUILD)/libhakmem.a $(addprefix $(BUILD)/tests/,$(SAN_TESTS))
+	@BUILD=$(BUILD) ONLY="$(SAN_TESTS)" SANITIZED=1 tests/run.sh
+
+$(BUILD)/tests/%: TEST_CFLAGS += $(if $(findstring -fsanitize,$(CFLAGS)),$(filter -fsanitize=% -fno-sanitize%,$(CFLAGS)) -DHAKMEM_NO_OVERRIDE,)
+
+# ---- benchmarks ----------------------------------------------------------
+bench: all
+	@bench/run.sh
+
+clean:
+	rm -rf build

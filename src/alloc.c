@@ -1,0 +1,223 @@
+/* alloc.c — the public allocation API (the hakmem_* names; override.c gives
+ * them their standard names) and the slow path of free. */
+#include "hot.h"
+#include "options.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- pointer validation (slow paths only) --------------------------------- */
+
+/* Find the segment and page of block p, or report what is wrong and abort.
+ * 'op' names the call for the message ("free", "realloc", ...). */
+static page_t *lookup(const void *p, segment_t **sp, const char *op) {
+  char what[96];
+  segment_t *s = segment_checked(p);
+  if (!s) {
+    /* A huge block aligned to SEG_SIZE or more has its header one chunk below. */
+    if (((uintptr_t)p & SEG_MASK) == 0 && (uintptr_t)p >= SEG_SIZE) {
+      segment_t *h = segment_checked((const uint8_t *)p - SEG_SIZE);
+      if (h && h->huge_offset && h->pages[1].start == p) { *sp = h; return &h->pages[1]; }
+    }
+    snprintf(what, sizeof what, "%s of a pointer hakmem did not allocate (or already released)", op);
+    hm_fatal(what, p, NULL);
+  }
+  page_t *pg = page_of(s, p);
+  uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
+  if (pg->slices == 0 || off >= pg->area) {
+    snprintf(what, sizeof what, "%s of a pointer that is not an allocated block (already freed, or never allocated)", op);
+    hm_fatal(what, p, pg->slices ? pg : NULL);
+  }
+  if (off * pg->magic >= pg->magic) {
+    snprintf(what, sizeof what, "%s of a pointer into the middle of a block", op);
+    hm_fatal(what, p, pg);
+  }
+  *sp = s;
+  return pg;
+}
+
+/* Does the owner see b on a free list of pg?  (cheap test first) */
+static bool owner_sees_free(page_t *pg, const void *p) {
+  uintptr_t cand = dec(pg, ((const block_t *)p)->next);
+  return (cand == 0 || cand - (uintptr_t)pg->start < pg->area) && page_contains_free(pg, (uintptr_t)p);
+}
+
+HM_COLD void hm_free_slow(void *p) {
+  if (!p) return;
+  segment_t *s;
+  page_t *pg = lookup(p, &s, "free");
+  if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
+  heap_t *h = hm_tls_heap;
+  heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
+  if (owner == h) { heap_free_local(h, pg, (block_t *)p); return; }
+  if (owner == NULL) {
+    /* The owner thread exited.  Adopt its segment so the block (and the rest
+     * of the segment) is reused or returned instead of stranded. */
+    if (h == &hm_heap_empty) h = heap_get();
+    if (h && segment_try_reclaim(h, s)) { heap_free_local(h, pg, (block_t *)p); return; }
+  }
+  page_free_remote(pg, (block_t *)p);
+}
+
+/* ---- the API -------------------------------------------------------------- */
+
+void *hm_malloc(size_t n) { return hm_malloc_fast(n); }
+
+void hm_free(void *p) { hm_free_fast(p); }
+
+void hm_free_sized(void *p, size_t size) {
+  if (!p) return;
+  segment_t *s;
+  page_t *pg = lookup(p, &s, "free_sized");
+  if (size > pg->block_size) hm_fatal("sized free with a size larger than the block", p, pg);
+  hm_free_fast(p);
+}
+
+void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
+  (void)alignment;
+  hm_free_sized(p, size);
+}
+
+size_t hm_malloc_usable_size(const void *p) {
+  if (!p) return 0;
+  segment_t *s;
+  return lookup(p, &s, "malloc_usable_size")->block_size;
+}
+
+void *hm_calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) { errno = ENOMEM; return NULL; }
+  void *p = hm_malloc_fast(total);
+  if (!p) return NULL;
+  if (total > MEDIUM_MAX) {
+    /* Fresh or purged memory is already zero: skip touching it all. */
+    segment_t *s = segment_of(p);
+    page_t *pg = page_of(s, p);
+    bool z = pg->is_zero;
+    pg->is_zero = 0;
+    if (z) return p;
+  }
+  memset(p, 0, total);
+  return p;
+}
+
+static void *aligned_alloc_impl(size_t align, size_t n) {
+  if (align <= 16) return hm_malloc_fast(n);
+  if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
+  return heap_malloc_aligned(hm_tls_heap, n, align);
+}
+
+static bool pow2(size_t a) { return a && !(a & (a - 1)); }
+
+int hm_posix_memalign(void **out, size_t align, size_t n) {
+  if (!pow2(align) || align % sizeof(void *)) return EINVAL;
+  int saved = errno;
+  void *p = aligned_alloc_impl(align, n);
+  if (!p) { errno = saved; return ENOMEM; }
+  *out = p;
+  return 0;
+}
+
+void *hm_aligned_alloc(size_t align, size_t n) {
+  if (!pow2(align)) { errno = EINVAL; return NULL; }
+  return aligned_alloc_impl(align, n);
+}
+
+/* glibc's memalign rounds a non-power-of-two alignment up to one. */
+void *hm_memalign(size_t align, size_t n) {
+  if (align > SIZE_MAX / 2 + 1) { errno = EINVAL; return NULL; }
+  if (!pow2(align)) {
+    size_t a = 16;
+    while (a < align) a <<= 1;
+    align = a;
+  }
+  return aligned_alloc_impl(align, n);
+}
+
+void *hm_valloc(size_t n) { return aligned_alloc_impl(OS_PAGE, n); }
+
+void *hm_pvalloc(size_t n) {
+  if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
+  n = n ? (n + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1) : OS_PAGE;
+  return aligned_alloc_impl(OS_PAGE, n);
+}
+
+/* Grow or shrink a huge block with mremap.  The block must stay in the first
+ * chunk of a SEG_SIZE-aligned mapping, so a move goes to a freshly reserved
+ * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
+static void *huge_realloc(segment_t *s, page_t *pg, size_t n) {
+  size_t off = (size_t)(pg->start - (uint8_t *)s);
+  size_t usable = (n + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+  size_t total = off + usable;
+  if (usable == pg->block_size) return pg->start;
+  if (usable < pg->block_size) {
+    os_resize_in_place(s, s->size, total);                 /* shrinking never fails */
+  } else if (!os_resize_in_place(s, s->size, total)) {
+    void *dst = os_map_aligned(total, SEG_SIZE);
+    if (!dst) return NULL;
+    atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], 0, memory_order_release);
+    segment_t *ns = os_remap(s, s->size, total, dst);
+    if (!ns) {
+      os_unmap(dst, total);
+      atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], SEGMAP_HUGE, memory_order_release);
+      return NULL;
+    }
+    s = ns;
+    pg = &s->pages[1];
+    for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
+    atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], SEGMAP_HUGE, memory_order_release);
+  }
+  s->size = total;
+  pg->start = (uint8_t *)s + off;
+  pg->block_size = pg->area = usable;
+  pg->magic = UINT64_MAX / usable + 1;
+  return pg->start;
+}
+
+void *hm_realloc(void *p, size_t n) {
+  if (!p) return hm_malloc_fast(n);
+  if (n == 0) { hm_free_fast(p); return NULL; }   /* glibc frees and returns NULL */
+  segment_t *s;
+  page_t *pg = lookup(p, &s, "realloc");
+  if (pg->cls < CLASSES && atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap &&
+      owner_sees_free(pg, p))
+    hm_fatal("realloc of a freed block", p, pg);
+  size_t usable = pg->block_size;
+  if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
+  if (n <= usable && n >= usable / 2) return p;           /* fits, and not wastefully */
+  if (pg->cls == CLASS_HUGE && n > LARGE_MAX && s->huge_offset == 0) {
+    void *q = huge_realloc(s, pg, n);
+    if (q) return q;
+  }
+  void *q = hm_malloc_fast(n);
+  if (!q) return NULL;
+  memcpy(q, p, n < usable ? n : usable);
+  hm_free_fast(p);
+  return q;
+}
+
+void *hm_reallocarray(void *p, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) { errno = ENOMEM; return NULL; }
+  return hm_realloc(p, total);
+}
+
+int hm_malloc_trim(size_t pad) {
+  (void)pad;
+  heap_t *h = hm_tls_heap;
+  int64_t before = hm_stat[STAT_PURGED];
+  if (h != &hm_heap_empty) {
+    heap_collect_delayed(h);
+    segment_purge_due(h, true);
+  }
+  bool unmapped = segment_cache_trim(true);
+  return unmapped || hm_stat[STAT_PURGED] != before;
+}
+
+/* The hakmem_* names, for programs that want hakmem beside another malloc. */
+#define EXPORT(name) __typeof__(hm_##name) hakmem_##name __attribute__((alias("hm_" #name), visibility("default")));
+EXPORT(malloc) EXPORT(free) EXPORT(calloc) EXPORT(realloc) EXPORT(reallocarray)
+EXPORT(posix_memalign) EXPORT(aligned_alloc) EXPORT(memalign) EXPORT(valloc) EXPORT(pvalloc)
+EXPORT(malloc_usable_size) EXPORT(free_sized) EXPORT(free_aligned_sized) EXPORT(malloc_trim)

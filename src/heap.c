@@ -1,0 +1,342 @@
+/* heap.c — one heap per thread: its page queues, the generic allocation path,
+ * and its life cycle (creation on first use, abandonment at thread exit, fork).
+ *
+ * Each size class has a queue of pages that may have free blocks; the first is
+ * the page malloc allocates from (heap->direct caches it for sizes <= 1 KiB).
+ * A page found full is parked on heap->full with its thread_free state set to
+ * TF_NOTIFY, so the first remote free into it tells the heap (page.c). */
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <string.h>
+
+__thread heap_t *hm_tls_heap = &hm_heap_empty;
+page_t hm_page_empty;                                  /* free == 0: always "empty" */
+heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &hm_page_empty } };
+
+static pthread_once_t process_once = PTHREAD_ONCE_INIT;
+static pthread_key_t heap_key;
+static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+static heap_t *heaps_all;        /* every heap struct ever made (for fork) */
+static heap_t *heaps_free;       /* structs of exited threads, for reuse */
+static _Atomic int atfork_registered;
+
+/* ---- queues and the direct table ---------------------------------------- */
+
+static pageq_t *queue_of(heap_t *h, page_t *pg) {
+  return &h->queue[pg->cls < CLASSES ? pg->cls : CLASSES];
+}
+
+/* Point direct[] at the first page of class c (or the empty page). */
+static void direct_update(heap_t *h, size_t c) {
+  size_t top = class_size(c);
+  if (top > SMALL_MAX) return;
+  size_t lo = c == 0 ? 0 : class_size(c - 1) / 16 + 1;
+  page_t *pg = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
+  for (size_t i = lo; i <= top / 16; i++) h->direct[i] = pg;
+}
+
+static void queue_remove(heap_t *h, page_t *pg) {
+  pageq_t *q = queue_of(h, pg);
+  bool was_first = q->first == pg;
+  pageq_remove(q, pg);
+  if (was_first && pg->cls < CLASSES) direct_update(h, pg->cls);
+}
+
+static void queue_push(heap_t *h, page_t *pg, bool front) {
+  pageq_t *q = queue_of(h, pg);
+  if (front || !q->first) {
+    pageq_push_front(q, pg);
+    if (pg->cls < CLASSES) direct_update(h, pg->cls);
+  } else {
+    pageq_push(q, pg);
+  }
+}
+
+/* Park a full page; false if remote frees arrived meanwhile (collect those). */
+static bool page_park(heap_t *h, page_t *pg) {
+  if (!page_try_notify(pg)) return false;
+  queue_remove(h, pg);
+  pg->flags |= PAGE_FULL;
+  pageq_push(&h->full, pg);
+  return true;
+}
+
+void page_unpark(heap_t *h, page_t *pg) {
+  page_set_tf_state(pg, TF_NORMAL);
+  pg->flags &= (uint8_t)~PAGE_FULL;
+  pageq_remove(&h->full, pg);
+  queue_push(h, pg, false);
+}
+
+void heap_adopt_page(heap_t *h, page_t *pg) {
+  if (pg->cls == CLASS_LARGE) {     /* single-block pages live parked */
+    pg->flags = PAGE_FULL;
+    page_set_tf_state(pg, TF_NOTIFY);
+    pageq_push(&h->full, pg);
+  } else {
+    queue_push(h, pg, false);
+  }
+}
+
+/* The last block of a page came back.  Keep the page if it is the one the
+ * class allocates from (so a malloc/free ping-pong does not map and unmap);
+ * otherwise give its slices back to the segment. */
+void heap_page_retire(heap_t *h, page_t *pg) {
+  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) {
+    pg->retire_ms = 1;
+    return;
+  }
+  if (pg->flags & PAGE_FULL) pageq_remove(&h->full, pg);
+  else queue_remove(h, pg);
+  segment_page_free(pg);
+}
+
+/* ---- allocation ---------------------------------------------------------- */
+
+static void *enomem(void) { errno = ENOMEM; return NULL; }
+
+static size_t class_slices(size_t bsize) {
+  if (bsize <= 8 * 1024) return 1;
+  size_t blocks = bsize <= 32 * 1024 ? 8 : 4;
+  return (bsize * blocks + SLICE_SIZE - 1) / SLICE_SIZE;
+}
+
+/* The page to allocate class c from: the first page of the queue that has a
+ * free block after collecting remote frees or carving more; full pages met on
+ * the way are parked.  Maps a new page when none has room. */
+static page_t *find_page(heap_t *h, size_t c) {
+  pageq_t *q = &h->queue[c];
+  page_t *pg = q->first;
+  while (pg) {
+    page_t *next = pg->next;
+    if (pg->free) break;
+    page_collect(pg);
+    if (pg->free || page_extend(pg)) break;
+    if (!page_park(h, pg)) { page_collect(pg); break; }
+    pg = next;
+  }
+  if (!pg) {
+    pg = segment_page_alloc(h, class_slices(class_size(c)), (uint8_t)c);
+    if (!pg) return NULL;
+    page_init(h, pg, class_size(c), (uint8_t)c);
+    page_extend(pg);
+    queue_push(h, pg, true);
+  } else if (pg != q->first) {
+    queue_remove(h, pg);
+    queue_push(h, pg, true);
+  }
+  return pg;
+}
+
+static void *heap_malloc_class(heap_t *h, size_t c) {
+  if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
+  page_t *pg = find_page(h, c);
+  if (!pg) return enomem();
+  block_t *b = (block_t *)pg->free;
+  pg->free = dec(pg, b->next);
+  b->next = 0;
+  pg->used++;
+  return b;
+}
+
+/* Blocks above the largest class: a run of slices in one of the heap's
+ * segments (large) or a mapping of their own (huge).  align may exceed
+ * SLICE_SIZE: the block then starts inside its run, at the aligned address. */
+static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
+  if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
+  size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
+  if (n <= LARGE_MAX && slack <= LARGE_MAX) {
+    size_t slices = (n + slack + SLICE_SIZE - 1) / SLICE_SIZE;
+    if (slices < SLICES) {
+      page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE);
+      if (!pg) return enomem();
+      segment_t *s = segment_of(pg);
+      uint8_t *run = (uint8_t *)s + (size_t)(pg - s->pages) * SLICE_SIZE;
+      uint8_t *blk = align > SLICE_SIZE ? (uint8_t *)(((uintptr_t)run + align - 1) & ~(uintptr_t)(align - 1)) : run;
+      size_t bs = (size_t)(run + slices * SLICE_SIZE - blk);
+      pg->start = blk;
+      pg->block_size = pg->area = bs;
+      pg->reserved = pg->capacity = 1;
+      pg->used = 1;
+      pg->magic = UINT64_MAX / bs + 1;
+      pg->key = (h->rand += 0x9E3779B97F4A7C15ull) | (1ull << 63);
+      pg->flags = PAGE_FULL;
+      atomic_store_explicit(&pg->thread_free, TF_NOTIFY, memory_order_relaxed);
+      atomic_store_explicit(&pg->heap, h, memory_order_release);
+      pageq_push(&h->full, pg);
+      return blk;
+    }
+  }
+  page_t *pg = segment_huge_alloc(h, n, align);
+  if (!pg) return enomem();
+  return pg->start;
+}
+
+void *heap_malloc_slow(heap_t *h, size_t n) {
+  if (unlikely(h == &hm_heap_empty)) {
+    if (!(h = heap_get())) return enomem();
+    return hm_tls_heap == h ? heap_malloc_slow(h, n) : enomem();
+  }
+  if (n > MEDIUM_MAX) return heap_malloc_big(h, n, 0);
+  return heap_malloc_class(h, size_class(n));
+}
+
+/* align is a power of two > 16.  Blocks of a class whose size is a multiple of
+ * align are aligned (pages start on 64 KiB boundaries), so small alignments
+ * cost no more than rounding the size up. */
+void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
+  if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
+  if (n <= MEDIUM_MAX && align <= MAX_ALIGN_IN_CLASS) {
+    size_t c = size_class(n);
+    while (c < CLASSES && class_size(c) % align) c++;
+    if (c < CLASSES) return heap_malloc_class(h, c);
+  }
+  return heap_malloc_big(h, n, align);
+}
+
+/* ---- frees handed over by other threads ----------------------------------- */
+
+/* The owner frees b on its own page pg (slow variant: parked, large, suspicious). */
+void heap_free_local(heap_t *h, page_t *pg, block_t *b) {
+  if (pg->cls == CLASS_LARGE) {
+    pageq_remove(&h->full, pg);
+    segment_page_free(pg);
+    return;
+  }
+  page_free_local_slow(pg, b);
+}
+
+void heap_collect_delayed(heap_t *h) {
+  uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire);
+  while (b) {
+    uintptr_t next = ((block_t *)b)->next;
+    page_t *pg = page_of(segment_of((void *)b), (void *)b);
+    page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
+    if (atomic_load_explicit(&pg->heap, memory_order_relaxed) == h) heap_free_local(h, pg, (block_t *)b);
+    else hm_free_slow((void *)b);
+    b = next;
+  }
+}
+
+/* ---- heap life cycle ------------------------------------------------------ */
+
+static void heap_thread_done(void *arg);
+static void fork_prepare(void), fork_parent(void), fork_child(void);
+
+static void process_init(void) {
+  options_init();
+  hm_segmap = os_map(SEGMAP_SIZE);
+  if (!hm_segmap) {
+    hm_warn("hakmem: cannot reserve the segment map (%zu bytes of address space)\n", SEGMAP_SIZE);
+    __builtin_trap();
+  }
+  pthread_key_create(&heap_key, heap_thread_done);
+}
+
+void heap_init_process(void) { pthread_once(&process_once, process_init); }
+
+static heap_t *heap_struct_alloc(void) {
+  heap_t *h;
+  pthread_mutex_lock(&heaps_lock);
+  if ((h = heaps_free) != NULL) {
+    heaps_free = h->next_free;
+  } else {
+    static uint8_t *chunk, *chunk_end;
+    size_t sz = (sizeof(heap_t) + 63) & ~(size_t)63;
+    if (!chunk || chunk + sz > chunk_end) {
+      size_t csz = 64 * sz;
+      chunk = os_map(csz);
+      chunk_end = chunk ? chunk + csz : NULL;
+    }
+    if (chunk) {
+      h = (heap_t *)chunk;
+      chunk += sz;
+      h->next_all = heaps_all;
+      heaps_all = h;
+    }
+  }
+  pthread_mutex_unlock(&heaps_lock);
+  return h;
+}
+
+heap_t *heap_get(void) {
+  heap_t *h = hm_tls_heap;
+  if (h != &hm_heap_empty) return h;
+  heap_init_process();
+  if (!(h = heap_struct_alloc())) return NULL;
+  heap_t *keep_next = h->next_all;
+  memset(h, 0, sizeof *h);
+  h->next_all = keep_next;
+  for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hm_page_empty;
+  h->rand = os_random() | 1;
+  h->thread = pthread_self();
+  h->alive = true;
+  hm_tls_heap = h;                   /* before anything below may allocate */
+  stat_inc(STAT_THREADS);
+  pthread_setspecific(heap_key, h);
+  if (!atomic_exchange(&atfork_registered, 1)) pthread_atfork(fork_prepare, fork_parent, fork_child);
+  return h;
+}
+
+/* Free every page of h that is empty, and abandon the segments that still
+ * hold live blocks so that live threads can reclaim them. */
+static void heap_done(heap_t *h) {
+  /* 1. no more deliveries into h->delayed */
+  for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);
+  /* 2. frees already delivered */
+  heap_collect_delayed(h);
+  /* 3. collect remote frees everywhere; free empty pages */
+  for (size_t c = 0; c <= CLASSES; c++) {
+    for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
+      next = pg->next;
+      page_collect(pg);
+      if (pg->used == 0) { queue_remove(h, pg); segment_page_free(pg); }
+    }
+  }
+  for (page_t *pg = h->full.first, *next; pg; pg = next) {
+    next = pg->next;
+    page_collect(pg);
+    pg->flags &= (uint8_t)~PAGE_FULL;
+    if (pg->used == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
+  }
+  /* 4. what remains is abandoned */
+  segment_purge_due(h, true);
+  for (segment_t *s = h->segments, *next; s; s = next) {
+    next = s->next;
+    if (s->used_slices == 1) segment_release_empty(h, s);
+    else segment_abandon(s);
+  }
+  h->segments = NULL;
+}
+
+static void heap_thread_done(void *arg) {
+  heap_t *h = arg;
+  if (!h || h == &hm_heap_empty) return;
+  heap_done(h);
+  hm_tls_heap = &hm_heap_empty;
+  stat_dec(STAT_THREADS);
+  pthread_mutex_lock(&heaps_lock);
+  h->alive = false;
+  h->next_free = heaps_free;
+  heaps_free = h;
+  pthread_mutex_unlock(&heaps_lock);
+}
+
+/* fork: take every global lock so the child inherits consistent state.  The
+ * child keeps only the forking thread; the heaps of the other threads stay as
+ * they were (their blocks remain valid and may be freed, as remote frees). */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&heaps_lock);
+  segment_fork_prepare();
+}
+static void fork_parent(void) {
+  segment_fork_parent();
+  pthread_mutex_unlock(&heaps_lock);
+}
+static void fork_child(void) {
+  segment_fork_child();
+  pthread_mutex_init(&heaps_lock, NULL);
+}

@@ -1,0 +1,241 @@
+/* hakmem internals: the shapes every module shares.
+ *
+ * Memory comes in segments: SEG_SIZE-aligned mappings whose first slice holds
+ * the segment header (and with it the page descriptors).  The rest of a normal
+ * segment is cut into pages, each a run of 64 KiB slices serving one size
+ * class.  Any block pointer p finds its metadata in O(1):
+ *     segment = p & ~SEG_MASK,  page = segment->slice_page[(p - segment) >> SLICE_SHIFT]
+ * and the segment map (one byte per SEG_SIZE of address space) says whether
+ * that segment is ours before we touch it.  Blocks have no header.
+ *
+ * Every page belongs to one thread's heap.  The owner allocates and frees on
+ * the page without atomics; other threads push frees onto the page's
+ * thread_free list with one CAS and the owner collects them in bulk.
+ */
+#ifndef HAKMEM_INTERNAL_H
+#define HAKMEM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#define HM_EXPORT     __attribute__((visibility("default")))
+#define HM_INLINE     static inline __attribute__((always_inline))
+#define HM_NOINLINE   __attribute__((noinline))
+#define HM_COLD       __attribute__((cold, noinline))
+#define likely(x)     __builtin_expect(!!(x), 1)
+#define unlikely(x)   __builtin_expect(!!(x), 0)
+
+/* ---- geometry ------------------------------------------------------------ */
+#define SEG_SHIFT     22                        /* 4 MiB segments */
+#define SEG_SIZE      ((size_t)1 << SEG_SHIFT)
+#define SEG_MASK      (SEG_SIZE - 1)
+#define SLICE_SHIFT   16                        /* 64 KiB slices */
+#define SLICE_SIZE    ((size_t)1 << SLICE_SHIFT)
+#define SLICES        (SEG_SIZE / SLICE_SIZE)   /* 64, slice 0 is the header */
+#define OS_PAGE       4096
+
+/* The segment map covers a 48-bit address space, one byte per segment. */
+#define ADDR_BITS     48
+#define SEGMAP_SIZE   ((size_t)1 << (ADDR_BITS - SEG_SHIFT))
+
+/* ---- size classes ---------------------------------------------------------
+ * 16-byte steps up to 128 B, then four classes per power of two (waste <= 25%),
+ * up to 256 KiB.  Bigger blocks are "large" (one block on a run of slices of a
+ * segment) up to LARGE_MAX, then "huge" (a segment of their own). */
+#define CLASSES       52
+#define SMALL_MAX     1024                      /* sizes served via heap->direct */
+#define DIRECT_SLOTS  (SMALL_MAX / 16 + 1)
+#define MEDIUM_MAX    ((size_t)256 << 10)       /* largest size class */
+#define LARGE_MAX     (SEG_SIZE / 2)
+#define CLASS_LARGE   CLASSES                   /* page kinds beyond the classes */
+#define CLASS_HUGE    (CLASSES + 1)
+#define MAX_ALIGN_IN_CLASS SLICE_SIZE           /* pages start on slice boundaries */
+
+/* Largest request we accept; above it malloc fails with ENOMEM. */
+#define ALLOC_MAX     ((size_t)PTRDIFF_MAX - 2 * SEG_SIZE)
+
+static inline size_t size_class(size_t n) {
+  if (n <= 128) return n <= 16 ? 0 : (n - 1) >> 4;
+  size_t m = n - 1;
+  unsigned b = 63 - (unsigned)__builtin_clzl(m);            /* floor(log2(n-1)) >= 7 */
+  return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3);
+}
+static inline size_t class_size(size_t c) {
+  if (c < 8) return (c + 1) * 16;
+  size_t b = 7 + (c - 8) / 4, k = (c - 8) % 4;
+  return ((size_t)1 << b) + (k + 1) * ((size_t)1 << (b - 2));
+}
+
+/* ---- blocks and pages ---------------------------------------------------- */
+typedef struct block_s { uintptr_t next; } block_t;   /* next is encoded */
+
+struct heap_s;
+struct segment_s;
+
+/* Page flags: any set bit sends free() off the fast path. */
+#define PAGE_FULL     1   /* parked on the heap's full list */
+#define PAGE_ALIGNED  2   /* holds blocks returned at an offset by memalign */
+
+/* thread_free low bits: what a remote free must do besides pushing. */
+#define TF_NORMAL     0   /* just push onto thread_free */
+#define TF_NOTIFY     1   /* page is parked full: hand the block to the owner heap */
+#define TF_BUSY       2   /* a remote thread is handing a block to the owner */
+#define TF_MASK       3
+
+typedef struct page_s {
+  /* hot: used by the owner's malloc/free fast paths */
+  uintptr_t free;                /* encoded head of the free list */
+  uint32_t used;                 /* blocks handed out (including remote-freed, uncollected) */
+  uint8_t flags;
+  uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
+  uint8_t slices;                /* run length in slices; 0 = descriptor unused */
+  uint8_t is_zero;               /* carved-but-never-used memory is zero */
+  struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
+  uintptr_t key;                 /* free-list encoding key (high bit set) */
+  uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
+  uint8_t *start;                /* first block */
+  size_t block_size;
+  size_t area;                   /* bytes of blocks: reserved * block_size */
+  uint32_t capacity;             /* blocks carved so far */
+  uint32_t reserved;             /* blocks that fit */
+  /* cold */
+  _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
+  struct page_s *next, *prev;    /* in a heap queue */
+  uint64_t retire_ms;            /* when it became empty (decay) */
+} page_t;
+
+static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
+static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
+
+/* ---- segments ------------------------------------------------------------ */
+typedef struct segment_s {
+  page_t *slice_page[SLICES];    /* slice -> page descriptor (NULL when free) */
+  uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
+  uint64_t dirty_slices;         /* free slices that may still be resident */
+  uint64_t purge_ms;             /* earliest deadline for purging dirty slices */
+  struct heap_s *heap;           /* owner heap, NULL when abandoned or cached */
+  struct segment_s *next, *prev; /* heap's list / abandoned list / cache */
+  size_t size;                   /* mapping size */
+  size_t huge_offset;            /* huge segments: header sits this far below the block's chunk */
+  _Atomic int abandoned;
+  uint32_t pages_used;
+  page_t pages[SLICES];          /* descriptor of the page starting at slice i */
+} segment_t;
+
+_Static_assert(sizeof(segment_t) <= SLICE_SIZE, "segment header must fit in slice 0");
+
+extern _Atomic(uint8_t) *hm_segmap;       /* SEGMAP_SIZE bytes, reserved at init */
+#define SEGMAP_NORMAL 1
+#define SEGMAP_HUGE   2
+
+static inline segment_t *segment_of(const void *p) {
+  return (segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
+}
+/* Our segment header for p, or NULL.  Safe for any pointer value. */
+static inline segment_t *segment_checked(const void *p) {
+  uintptr_t i = (uintptr_t)p >> SEG_SHIFT;
+  if (unlikely(i >= SEGMAP_SIZE)) return NULL;
+  if (!atomic_load_explicit(&hm_segmap[i], memory_order_relaxed)) return NULL;
+  return segment_of(p);
+}
+
+/* ---- heaps --------------------------------------------------------------- */
+typedef struct pageq_s { page_t *first, *last; } pageq_t;
+
+typedef struct heap_s {
+  page_t *direct[DIRECT_SLOTS];  /* (n+15)>>4 -> page to allocate n bytes from */
+  pageq_t queue[CLASSES + 1];    /* pages with (possibly) free blocks; [CLASSES] = large */
+  pageq_t full;                  /* parked pages, all classes */
+  _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
+  segment_t *segments;           /* segments owned by this heap */
+  uint64_t rand;                 /* per-heap PRNG state (page keys) */
+  uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
+  pthread_t thread;
+  bool alive;                    /* owned by a running thread */
+  struct heap_s *next_all;       /* registry of every heap ever made */
+  struct heap_s *next_free;      /* recycled heap structs */
+} heap_t;
+
+extern __thread heap_t *hm_tls_heap;      /* initial-exec; &hm_heap_empty until first use */
+extern heap_t hm_heap_empty;
+extern page_t hm_page_empty;
+extern page_t hm_page_invalid;
+
+/* ---- module interfaces ---------------------------------------------------- */
+/* os.c: the only place that talks to the kernel about memory */
+void *os_map(size_t size);                        /* zeroed, NULL on failure */
+void *os_map_aligned(size_t size, size_t align);
+void  os_unmap(void *p, size_t size);
+void  os_purge(void *p, size_t size);             /* drop contents, keep mapping */
+void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed); /* NULL on failure */
+bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
+uint64_t os_now_ms(void);
+uint64_t os_random(void);
+void  os_init(void);
+
+/* segment.c */
+page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls);
+void    segment_page_free(page_t *pg);
+page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
+void    segment_huge_free(segment_t *s);
+void    segment_purge_due(heap_t *h, bool force);
+void    segment_abandon(segment_t *s);
+void    segment_release_empty(heap_t *h, segment_t *s);
+bool    segment_try_reclaim(heap_t *h, segment_t *s);
+segment_t *segment_reclaim_any(heap_t *h);
+bool    segment_cache_trim(bool force);
+void    segment_fork_prepare(void), segment_fork_parent(void), segment_fork_child(void);
+static inline page_t *page_of(segment_t *s, const void *p) {
+  return s->slice_page[((uintptr_t)p - (uintptr_t)s) >> SLICE_SHIFT];
+}
+
+/* page.c */
+void  page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls);
+bool  page_extend(page_t *pg);
+void  page_collect(page_t *pg);
+void  page_set_tf_state(page_t *pg, uintptr_t st);
+bool  page_try_notify(page_t *pg);
+void  pageq_push(pageq_t *q, page_t *pg);
+void  pageq_push_front(pageq_t *q, page_t *pg);
+void  pageq_remove(pageq_t *q, page_t *pg);
+void  page_free_local_slow(page_t *pg, block_t *b);
+void  page_free_remote(page_t *pg, block_t *b);
+bool  page_contains_free(page_t *pg, uintptr_t b);
+void *page_block_start(page_t *pg, const void *p);
+void  page_unpark(heap_t *h, page_t *pg);
+
+/* heap.c */
+heap_t *heap_get(void);                            /* this thread's heap, made on demand */
+void   *heap_malloc_slow(heap_t *h, size_t n);
+void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
+void    heap_page_retire(heap_t *h, page_t *pg);
+void    heap_collect_delayed(heap_t *h);
+void    heap_init_process(void);
+void    heap_adopt_page(heap_t *h, page_t *pg);
+void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
+
+/* alloc.c: the API behind both the hakmem_* and the standard names */
+void hm_free_slow(void *p);
+void  *hm_malloc(size_t n);
+void   hm_free(void *p);
+void  *hm_calloc(size_t n, size_t size);
+void  *hm_realloc(void *p, size_t n);
+void  *hm_reallocarray(void *p, size_t n, size_t size);
+int    hm_posix_memalign(void **out, size_t align, size_t n);
+void  *hm_aligned_alloc(size_t align, size_t n);
+void  *hm_memalign(size_t align, size_t n);
+void  *hm_valloc(size_t n);
+void  *hm_pvalloc(size_t n);
+size_t hm_malloc_usable_size(const void *p);
+void   hm_free_sized(void *p, size_t size);
+void   hm_free_aligned_sized(void *p, size_t align, size_t size);
+int    hm_malloc_trim(size_t pad);
+
+/* errors (report.c) */
+__attribute__((noreturn, cold)) void hm_fatal(const char *what, const void *p, const page_t *pg);
+void hm_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,44 @@
+/* options.c — the one home of hakmem's settings.  Each option is read once,
+ * at start-up, from its HAKMEM_* environment variable.  A malformed or
+ * out-of-range value is reported once and the default is used. */
+#include "internal.h"
+#include "options.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+options_t hm_options;
+
+static const struct option_def {
+  const char *name;
+  long *value;
+  long def, min, max;
+  const char *doc;
+} table[] = {
+  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000,
+    "milliseconds a free page stays resident before its memory is returned to the OS" },
+  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024,
+    "empty 4 MiB segments kept mapped (and purged) for reuse before unmapping" },
+  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1,
+    "1: print a statistics report to stderr at exit" },
+  { "HAKMEM_VERBOSE", &hm_options.verbose, 0, 0, 1,
+    "1: report unusual events (failed OS calls) on stderr" },
+};
+
+void options_init(void) {
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    const struct option_def *o = &table[i];
+    *o->value = o->def;
+    const char *s = getenv(o->name);
+    if (!s) continue;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno || v < o->min || v > o->max) {
+      hm_warn("hakmem: warning: %s=\"%s\" is not a number in [%ld, %ld]; using the default %ld\n",
+              o->name, s, o->min, o->max, o->def);
+      continue;
+    }
+    *o->value = v;
+  }
+}

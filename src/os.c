@@ -1,0 +1,81 @@
+/* os.c — every mmap, munmap, mremap and madvise hakmem makes goes through here,
+ * so the calls can be counted (stats) and reasoned about in one place. */
+#include "internal.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+void *os_map(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  stat_os(STAT_OS_MMAP);
+  if (p == MAP_FAILED) return NULL;
+  stat_add(STAT_MAPPED, size);
+  return p;
+}
+
+void os_unmap(void *p, size_t size) {
+  if (!p || !size) return;
+  stat_os(STAT_OS_MUNMAP);
+  if (munmap(p, size) == 0) stat_sub(STAT_MAPPED, size);
+}
+
+/* Map size bytes aligned to align (a power of two >= OS_PAGE): over-map and
+ * trim both ends, which leaves one mapping and costs at most two munmaps. */
+void *os_map_aligned(size_t size, size_t align) {
+  if (size > SIZE_MAX - align) return NULL;
+  uint8_t *p = os_map(size + align);
+  if (!p) return NULL;
+  uint8_t *a = (uint8_t *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+  if (a > p) os_unmap(p, (size_t)(a - p));
+  size_t tail = (size_t)(p + size + align - (a + size));
+  if (tail) os_unmap(a + size, tail);
+  return a;
+}
+
+/* Drop the contents of whole pages.  MADV_DONTNEED (not MADV_FREE) so that RSS
+ * falls at once and the next touch sees zeroes, which calloc relies on. */
+void os_purge(void *p, size_t size) {
+  if (!size) return;
+  stat_os(STAT_OS_MADVISE);
+  if (madvise(p, size, MADV_DONTNEED) == 0) stat_add(STAT_PURGED, size);
+}
+
+/* Move or resize a mapping; with fixed != NULL the result lands exactly there
+ * (replacing what was mapped at fixed).  NULL on failure, old mapping intact. */
+void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed) {
+  stat_os(STAT_OS_MREMAP);
+  void *p = fixed ? mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, fixed)
+                  : mremap(old, old_size, new_size, MREMAP_MAYMOVE);
+  if (p == MAP_FAILED) return NULL;
+  stat_add(STAT_MAPPED, new_size);
+  stat_sub(STAT_MAPPED, old_size);
+  return p;
+}
+
+bool os_resize_in_place(void *p, size_t old_size, size_t new_size) {
+  stat_os(STAT_OS_MREMAP);
+  if (mremap(p, old_size, new_size, 0) == MAP_FAILED) return false;
+  stat_add(STAT_MAPPED, new_size);
+  stat_sub(STAT_MAPPED, old_size);
+  return true;
+}
+
+uint64_t os_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t os_random(void) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&r ^ (uint64_t)getpid() << 32;
+  }
+  return r;
+}

@@ -1,0 +1,169 @@
+/* page.c — a page: a run of slices holding blocks of one size.
+ *
+ * The owner thread pops and pushes blocks on page->free without atomics.  Other
+ * threads push onto page->thread_free with one CAS; the owner takes that whole
+ * list with one atomic exchange when the free list runs dry (page_collect).
+ * Free-list links inside blocks are XOR-encoded with a per-page key: a random
+ * word in freed memory then almost never decodes into the page, which lets
+ * free() spot a probable double free with two compares. */
+#include "internal.h"
+
+#include <sched.h>
+
+void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
+  segment_t *s = segment_of(pg);
+  size_t first = (size_t)(pg - s->pages);
+  pg->start = (uint8_t *)s + first * SLICE_SIZE;
+  pg->block_size = block_size;
+  pg->reserved = (uint32_t)(pg->slices * SLICE_SIZE / block_size);
+  pg->capacity = 0;
+  pg->area = 0;
+  pg->free = 0;
+  pg->used = 0;
+  pg->flags = 0;
+  pg->cls = cls;
+  pg->magic = UINT64_MAX / block_size + 1;
+  h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
+  pg->key = h->rand | (1ull << 63);        /* decode(0) is never a user address */
+  atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
+  pg->next = pg->prev = NULL;
+  atomic_store_explicit(&pg->heap, h, memory_order_release);
+}
+
+/* Carve more blocks (about 16 KiB at a time, so a big page is touched only as
+ * far as it is used) and link them in address order. */
+#define EXTEND_BYTES (16 * 1024)
+bool page_extend(page_t *pg) {
+  size_t left = pg->reserved - pg->capacity;
+  if (!left) return false;
+  size_t n = EXTEND_BYTES / pg->block_size;
+  if (n < 1) n = 1;
+  if (n > left) n = left;
+  uint8_t *first = pg->start + (size_t)pg->capacity * pg->block_size;
+  uint8_t *b = first;
+  for (size_t i = 1; i < n; i++, b += pg->block_size)
+    ((block_t *)b)->next = enc(pg, (uintptr_t)(b + pg->block_size));
+  ((block_t *)b)->next = enc(pg, pg->free);
+  pg->free = (uintptr_t)first;
+  pg->capacity += (uint32_t)n;
+  pg->area = (size_t)pg->capacity * pg->block_size;
+  return true;
+}
+
+/* Move the remote-free list onto the local free list. */
+void page_collect(page_t *pg) {
+  uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  if (!(tf & ~(uintptr_t)TF_MASK)) return;
+  while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, tf & TF_MASK,
+                                                memory_order_acquire, memory_order_relaxed)) {}
+  uintptr_t head = tf & ~(uintptr_t)TF_MASK, b = head, tail = 0;
+  uint32_t n = 0;
+  while (b) {
+    if (unlikely(++n > pg->used || b - (uintptr_t)pg->start >= pg->area))
+      hm_fatal("corrupted remote free list (double free from another thread?)", (void *)b, pg);
+    tail = b;
+    b = dec(pg, ((block_t *)b)->next);
+  }
+  ((block_t *)tail)->next = enc(pg, pg->free);
+  pg->free = head;
+  pg->used -= n;
+}
+
+/* Is block b on one of the page's free lists?  Only the owner may ask; this is
+ * the slow confirmation of a suspected double free. */
+bool page_contains_free(page_t *pg, uintptr_t b) {
+  uint32_t limit = pg->capacity + 1;
+  for (uintptr_t q = pg->free; q && limit--; q = dec(pg, ((block_t *)q)->next))
+    if (q == b) return true;
+  limit = pg->capacity + 1;
+  uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire) & ~(uintptr_t)TF_MASK;
+  for (uintptr_t q = tf; q && limit--; q = dec(pg, ((block_t *)q)->next))
+    if (q == b) return true;
+  return false;
+}
+
+/* The owner frees a block on a page that is parked or looks double-freed. */
+void page_free_local_slow(page_t *pg, block_t *b) {
+  heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  uintptr_t cand = dec(pg, b->next);
+  if (cand == 0 || cand - (uintptr_t)pg->start < pg->area) {
+    if (page_contains_free(pg, (uintptr_t)b)) hm_fatal("double free", b, pg);
+  }
+  b->next = enc(pg, pg->free);
+  pg->free = (uintptr_t)b;
+  if (pg->flags & PAGE_FULL) page_unpark(h, pg);
+  if (--pg->used == 0) heap_page_retire(h, pg);
+}
+
+/* Another thread frees b.  Normally one CAS pushes it onto thread_free.  If the
+ * owner parked the page as full (TF_NOTIFY), the first such free instead hands
+ * the block to the owner heap's delayed list, so the owner learns the page has
+ * room again; TF_BUSY keeps the owner from retiring the page or its heap while
+ * we hold a pointer to them. */
+void page_free_remote(page_t *pg, block_t *b) {
+  uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  for (;;) {
+    if ((tf & TF_MASK) == TF_NOTIFY) {
+      if (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (tf & ~(uintptr_t)TF_MASK) | TF_BUSY,
+                                                 memory_order_acquire, memory_order_relaxed))
+        continue;
+      heap_t *h = atomic_load_explicit(&pg->heap, memory_order_acquire);
+      uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
+      do b->next = d;   /* the delayed list holds raw pointers: blocks of many pages */
+      while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, (uintptr_t)b,
+                                                    memory_order_release, memory_order_relaxed));
+      tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+      while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, tf & ~(uintptr_t)TF_MASK,
+                                                    memory_order_release, memory_order_relaxed)) {}
+      return;
+    }
+    b->next = enc(pg, tf & ~(uintptr_t)TF_MASK);
+    if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (uintptr_t)b | (tf & TF_MASK),
+                                              memory_order_release, memory_order_relaxed))
+      return;
+  }
+}
+
+/* Wait until no remote thread is in the middle of handing a block of pg to
+ * its owner (a few instructions at most), then set the state to st. */
+void page_set_tf_state(page_t *pg, uintptr_t st) {
+  uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire);
+  for (;;) {
+    if ((tf & TF_MASK) == TF_BUSY) {
+      sched_yield();
+      tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire);
+      continue;
+    }
+    if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (tf & ~(uintptr_t)TF_MASK) | st,
+                                              memory_order_acq_rel, memory_order_acquire))
+      return;
+  }
+}
+
+/* Try to mark a full page NOTIFY; fails (false) if remote frees are pending,
+ * in which case the caller should collect them instead of parking. */
+bool page_try_notify(page_t *pg) {
+  uintptr_t expect = TF_NORMAL;
+  return atomic_compare_exchange_strong_explicit(&pg->thread_free, &expect, TF_NOTIFY,
+                                                 memory_order_acq_rel, memory_order_relaxed);
+}
+
+void pageq_push(pageq_t *q, page_t *pg) {
+  pg->next = NULL;
+  pg->prev = q->last;
+  if (q->last) q->last->next = pg; else q->first = pg;
+  q->last = pg;
+}
+
+void pageq_push_front(pageq_t *q, page_t *pg) {
+  pg->prev = NULL;
+  pg->next = q->first;
+  if (q->first) q->first->prev = pg; else q->last = pg;
+  q->first = pg;
+}
+
+void pageq_remove(pageq_t *q, page_t *pg) {
+  if (pg->prev) pg->prev->next = pg->next; else q->first = pg->next;
+  if (pg->next) pg->next->prev = pg->prev; else q->last = pg->prev;
+  pg->next = pg->prev = NULL;
+}

@@ -1,0 +1,316 @@
+/* segment.c — segments and the slices they are cut into.
+ *
+ * A normal segment (SEG_SIZE, aligned) belongs to one heap and hands out runs
+ * of 64 KiB slices as pages.  A huge segment holds a single block bigger than
+ * LARGE_MAX and belongs to no heap: any thread may free it.  Freed slices stay
+ * mapped but are purged (MADV_DONTNEED) once they have been free for
+ * purge_delay_ms; empty segments go to a small cache or back to the OS.
+ * Segments of exited threads are abandoned and later reclaimed by a live
+ * thread that allocates or frees into them. */
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#include <string.h>
+
+_Atomic(uint8_t) *hm_segmap;
+
+/* Slice entries of free slices point here: its owner never matches a heap and
+ * its area is empty, so free() of a pointer into a free slice is reported. */
+page_t hm_page_invalid = { .flags = 0xff, .cls = 0xff };
+
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static segment_t *abandoned;                 /* doubly linked via next/prev */
+static _Atomic size_t abandoned_count;
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static segment_t *cache;                     /* empty, purged segments */
+static size_t cache_count;
+
+static void segmap_set(segment_t *s, uint8_t v) {
+  atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], v, memory_order_release);
+}
+
+static void list_push(segment_t **head, segment_t *s) {
+  s->prev = NULL;
+  s->next = *head;
+  if (*head) (*head)->prev = s;
+  *head = s;
+}
+static void list_remove(segment_t **head, segment_t *s) {
+  if (s->prev) s->prev->next = s->next; else *head = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->next = s->prev = NULL;
+}
+
+static void segment_header_init(segment_t *s, size_t size) {
+  memset(s, 0, offsetof(segment_t, pages));
+  for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = &hm_page_invalid;
+  s->used_slices = 1;   /* slice 0: this header */
+  s->size = size;
+}
+
+static segment_t *segment_new(heap_t *h) {
+  segment_t *s = NULL;
+  pthread_mutex_lock(&cache_lock);
+  if (cache) { s = cache; list_remove(&cache, s); cache_count--; }
+  pthread_mutex_unlock(&cache_lock);
+  if (!s) {
+    s = os_map_aligned(SEG_SIZE, SEG_SIZE);
+    if (!s) return NULL;
+    stat_inc(STAT_SEGMENTS);
+  }
+  segment_header_init(s, SEG_SIZE);
+  memset(s->pages, 0, sizeof s->pages);
+  s->heap = h;
+  list_push(&h->segments, s);
+  segmap_set(s, SEGMAP_NORMAL);
+  return s;
+}
+
+/* Purge every dirty free slice of s, coalescing runs into one madvise each. */
+static void segment_purge(segment_t *s) {
+  uint64_t d = s->dirty_slices & ~s->used_slices;
+  while (d) {
+    unsigned i = (unsigned)__builtin_ctzll(d);
+    uint64_t rest = ~(d >> i);                            /* zero bits: the run */
+    unsigned n = rest ? (unsigned)__builtin_ctzll(rest) : 64 - i;
+    os_purge((uint8_t *)s + (size_t)i * SLICE_SIZE, (size_t)n * SLICE_SIZE);
+    if (i + n >= 64) break;
+    d &= ~0ull << (i + n);
+  }
+  s->dirty_slices = 0;
+  s->purge_ms = 0;
+}
+
+/* An empty segment leaves its heap: to the cache (purged) or to the OS. */
+void segment_release_empty(heap_t *h, segment_t *s) {
+  list_remove(&h->segments, s);
+  segmap_set(s, 0);
+  s->heap = NULL;
+  segment_purge(s);
+  pthread_mutex_lock(&cache_lock);
+  if (cache_count < (size_t)hm_options.segment_cache) {
+    list_push(&cache, s);
+    cache_count++;
+    s = NULL;
+  }
+  pthread_mutex_unlock(&cache_lock);
+  if (s) { stat_dec(STAT_SEGMENTS); os_unmap(s, SEG_SIZE); }
+}
+
+bool segment_cache_trim(bool force) {
+  segment_t *list;
+  pthread_mutex_lock(&cache_lock);
+  list = cache; cache = NULL; cache_count = 0;
+  pthread_mutex_unlock(&cache_lock);
+  bool any = list != NULL;
+  while (list) {
+    segment_t *next = list->next;
+    stat_dec(STAT_SEGMENTS);
+    os_unmap(list, SEG_SIZE);
+    list = next;
+  }
+  (void)force;
+  return any;
+}
+
+/* First run of n free slices in a segment, or -1.  Bit j of r is set when
+ * slices j..j+n-1 are all free. */
+static int find_run(uint64_t used, size_t n) {
+  uint64_t free = ~used, r = free;
+  for (size_t i = 1; i < n && r; i++) r &= free >> i;
+  if (n > 1) r &= (n >= 64) ? 0 : ~0ull >> (n - 1);   /* the run must fit below slice 64 */
+  return r ? __builtin_ctzll(r) : -1;
+}
+
+page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
+  segment_t *s;
+  int i = -1;
+  for (s = h->segments; s; s = s->next)
+    if ((i = find_run(s->used_slices, n)) >= 0) break;
+  if (!s) {
+    /* Reclaim a dead thread's segment before mapping a new one. */
+    while ((s = segment_reclaim_any(h)) != NULL)
+      if ((i = find_run(s->used_slices, n)) >= 0) break;
+  }
+  if (!s) {
+    if (!(s = segment_new(h))) return NULL;
+    i = find_run(s->used_slices, n);
+  }
+  uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
+  page_t *pg = &s->pages[i];
+  memset(pg, 0, sizeof *pg);
+  pg->slices = (uint8_t)n;
+  pg->cls = cls;
+  pg->is_zero = !(s->dirty_slices & mask);
+  for (size_t k = 0; k < n; k++) s->slice_page[i + k] = pg;
+  s->used_slices |= mask;
+  s->dirty_slices &= ~mask;
+  s->pages_used++;
+  stat_inc(STAT_PAGES);
+  return pg;
+}
+
+static segment_t *segment_of_page(page_t *pg) { return segment_of(pg); }
+
+void segment_page_free(page_t *pg) {
+  segment_t *s = segment_of_page(pg);
+  heap_t *h = s->heap;
+  size_t i = (size_t)(pg - s->pages), n = pg->slices;
+  uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
+  for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
+  pg->slices = 0;
+  atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
+  s->used_slices &= ~mask;
+  s->dirty_slices |= mask;
+  s->pages_used--;
+  stat_dec(STAT_PAGES);
+  if (s->used_slices == 1 && (h->segments != s || s->next)) {
+    segment_release_empty(h, s);   /* empty and not the heap's only segment */
+    return;
+  }
+  uint64_t now = os_now_ms();
+  if (!s->purge_ms) s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
+  if (!h->next_purge_ms || s->purge_ms < h->next_purge_ms) h->next_purge_ms = s->purge_ms;
+  if (now >= h->next_purge_ms) segment_purge_due(h, false);
+}
+
+void segment_purge_due(heap_t *h, bool force) {
+  uint64_t now = os_now_ms(), next = 0;
+  for (segment_t *s = h->segments; s; s = s->next) {
+    if (!(s->dirty_slices & ~s->used_slices)) { s->dirty_slices &= s->used_slices; s->purge_ms = 0; continue; }
+    if (force || now >= s->purge_ms) segment_purge(s);
+    else if (!next || s->purge_ms < next) next = s->purge_ms;
+  }
+  h->next_purge_ms = next;
+}
+
+/* ---- huge blocks -------------------------------------------------------- */
+
+/* A huge block sits at offset off of its own mapping, the header at the
+ * mapping's start.  For alignments below SEG_SIZE the block stays inside the
+ * first SEG_SIZE chunk, so the usual mask finds the header.  Bigger alignments
+ * put the block exactly one chunk above the header (huge_offset), a case only
+ * the slow paths (hm_lookup) need to know. */
+page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
+  (void)h;
+  size_t off = align > SLICE_SIZE ? align : SLICE_SIZE;
+  if (align >= SEG_SIZE) off = SEG_SIZE;
+  size_t usable = (size + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+  if (usable < size || usable > SIZE_MAX - off - align) return NULL;
+  size_t total = off + usable;
+  segment_t *s;
+  if (align < SEG_SIZE) {
+    s = os_map_aligned(total, SEG_SIZE);
+  } else {
+    uint8_t *raw = os_map(total + align);
+    if (!raw) return NULL;
+    uint8_t *blk = (uint8_t *)(((uintptr_t)raw + SEG_SIZE + align - 1) & ~(uintptr_t)(align - 1));
+    s = (segment_t *)(blk - SEG_SIZE);
+    if ((uint8_t *)s > raw) os_unmap(raw, (size_t)((uint8_t *)s - raw));
+    size_t tail = (size_t)(raw + total + align - ((uint8_t *)s + total));
+    if (tail) os_unmap((uint8_t *)s + total, tail);
+  }
+  if (!s) return NULL;
+  segment_header_init(s, total);
+  s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
+  s->used_slices = ~0ull;
+  page_t *pg = &s->pages[1];
+  pg->slices = 1;
+  pg->cls = CLASS_HUGE;
+  pg->is_zero = 1;
+  pg->start = (uint8_t *)s + off;
+  pg->block_size = pg->area = usable;
+  pg->reserved = pg->capacity = 1;
+  pg->used = 1;
+  pg->magic = UINT64_MAX / usable + 1;
+  for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
+  stat_inc(STAT_HUGE);
+  segmap_set(s, SEGMAP_HUGE);
+  return pg;
+}
+
+void segment_huge_free(segment_t *s) {
+  segmap_set(s, 0);
+  stat_dec(STAT_HUGE);
+  os_unmap(s, s->size);
+}
+
+/* ---- abandonment --------------------------------------------------------- */
+
+/* Called by an exiting heap for a segment that still holds live blocks. */
+void segment_abandon(segment_t *s) {
+  for (size_t i = 1; i < SLICES; i++)
+    if (s->slice_page[i] == &s->pages[i])
+      atomic_store_explicit(&s->pages[i].heap, NULL, memory_order_release);
+  s->heap = NULL;
+  pthread_mutex_lock(&abandoned_lock);
+  list_push(&abandoned, s);
+  atomic_store_explicit(&s->abandoned, 1, memory_order_release);
+  atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&abandoned_lock);
+  stat_inc(STAT_ABANDONED);
+}
+
+/* Make s part of heap h: every page gets h as owner, collects its remote
+ * frees, and goes to h's queues, or back to the segment when empty. */
+static void segment_adopt(heap_t *h, segment_t *s) {
+  s->heap = h;
+  list_push(&h->segments, s);
+  stat_inc(STAT_RECLAIMED);
+  for (size_t i = 1; i < SLICES; i++) {
+    page_t *pg = &s->pages[i];
+    if (s->slice_page[i] != pg) continue;
+    pg->flags = 0;
+    atomic_store_explicit(&pg->heap, h, memory_order_release);
+    page_collect(pg);
+    if (pg->used == 0) segment_page_free(pg);   /* may release s itself when it empties */
+    else heap_adopt_page(h, pg);
+    if (!s->heap) return;                        /* s was released */
+  }
+}
+
+bool segment_try_reclaim(heap_t *h, segment_t *s) {
+  bool got = false;
+  pthread_mutex_lock(&abandoned_lock);
+  if (atomic_load_explicit(&s->abandoned, memory_order_relaxed)) {
+    list_remove(&abandoned, s);
+    atomic_store_explicit(&s->abandoned, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    got = true;
+  }
+  pthread_mutex_unlock(&abandoned_lock);
+  if (got) segment_adopt(h, s);
+  return got;
+}
+
+segment_t *segment_reclaim_any(heap_t *h) {
+  if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
+  segment_t *s = NULL;
+  pthread_mutex_lock(&abandoned_lock);
+  if ((s = abandoned) != NULL) {
+    list_remove(&abandoned, s);
+    atomic_store_explicit(&s->abandoned, 0, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&abandoned_lock);
+  if (!s) return NULL;
+  segment_adopt(h, s);
+  return s->heap == h ? s : segment_reclaim_any(h);
+}
+
+/* fork: hold the global locks across fork so the child never inherits them
+ * mid-update; the child starts with fresh, unlocked mutexes. */
+void segment_fork_prepare(void) {
+  pthread_mutex_lock(&abandoned_lock);
+  pthread_mutex_lock(&cache_lock);
+}
+void segment_fork_parent(void) {
+  pthread_mutex_unlock(&cache_lock);
+  pthread_mutex_unlock(&abandoned_lock);
+}
+void segment_fork_child(void) {
+  pthread_mutex_init(&cache_lock, NULL);
+  pthread_mutex_init(&abandoned_lock, NULL);
+}
