@@ -71,24 +71,25 @@ void page_unpark(heap_t *h, page_t *pg) {
   queue_push(h, pg, false);
 }
 
-void heap_adopt_page(heap_t *h, page_t *pg) {
-  if (pg->cls == CLASS_LARGE) {     /* single-block pages live parked */
-    pg->flags = PAGE_FULL;
-    page_set_tf_state(pg, TF_NOTIFY);
-    pageq_push(&h->full, pg);
-  } else {
-    queue_push(h, pg, false);
+/* A page of a reclaimed segment joins h (its remote frees collected).
+ * False when it turned out empty: the caller frees it. */
+bool heap_adopt_page(heap_t *h, page_t *pg) {
+  if (pg->cls != CLASS_LARGE) { queue_push(h, pg, false); return true; }
+  /* single-block pages live parked; a free may have raced with the collect */
+  while (!page_try_notify(pg)) {
+    page_collect(pg);
+    if (pg->used == 0) return false;
   }
+  pg->flags = PAGE_FULL;
+  pageq_push(&h->full, pg);
+  return true;
 }
 
 /* The last block of a page came back.  Keep the page if it is the one the
  * class allocates from (so a malloc/free ping-pong does not map and unmap);
  * otherwise give its slices back to the segment. */
 void heap_page_retire(heap_t *h, page_t *pg) {
-  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) {
-    pg->retire_ms = 1;
-    return;
-  }
+  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) return;
   if (pg->flags & PAGE_FULL) pageq_remove(&h->full, pg);
   else queue_remove(h, pg);
   segment_page_free(pg);
@@ -176,10 +177,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
 }
 
 void *heap_malloc_slow(heap_t *h, size_t n) {
-  if (unlikely(h == &hm_heap_empty)) {
-    if (!(h = heap_get())) return enomem();
-    return hm_tls_heap == h ? heap_malloc_slow(h, n) : enomem();
-  }
+  if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
   if (n > MEDIUM_MAX) return heap_malloc_big(h, n, 0);
   return heap_malloc_class(h, size_class(n));
 }
@@ -228,11 +226,6 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
-  hm_segmap = os_map(SEGMAP_SIZE);
-  if (!hm_segmap) {
-    hm_warn("hakmem: cannot reserve the segment map (%zu bytes of address space)\n", SEGMAP_SIZE);
-    __builtin_trap();
-  }
   pthread_key_create(&heap_key, heap_thread_done);
 }
 
@@ -339,4 +332,12 @@ static void fork_parent(void) {
 static void fork_child(void) {
   segment_fork_child();
   pthread_mutex_init(&heaps_lock, NULL);
+  /* A thread that no longer exists may have been handing one of our blocks
+   * over (TF_BUSY) at the fork; it never finishes, so finish for it. */
+  heap_t *h = hm_tls_heap;
+  if (h == &hm_heap_empty) return;
+  for (page_t *pg = h->full.first; pg; pg = pg->next) {
+    uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+    if ((tf & TF_MASK) == TF_BUSY) atomic_store_explicit(&pg->thread_free, tf & ~(uintptr_t)TF_MASK, memory_order_relaxed);
+  }
 }

@@ -104,7 +104,6 @@ typedef struct page_s {
   /* cold */
   _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
   struct page_s *next, *prev;    /* in a heap queue */
-  uint64_t retire_ms;            /* when it became empty (decay) */
 } page_t;
 
 static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
@@ -127,7 +126,9 @@ typedef struct segment_s {
 
 _Static_assert(sizeof(segment_t) <= SLICE_SIZE, "segment header must fit in slice 0");
 
-extern _Atomic(uint8_t) *hm_segmap;       /* SEGMAP_SIZE bytes, reserved at init */
+/* The segment map lives in .bss: valid before any initialisation (free(NULL)
+ * may come first) and untouched pages of it cost no memory. */
+extern _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 #define SEGMAP_NORMAL 1
 #define SEGMAP_HUGE   2
 
@@ -214,7 +215,7 @@ void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
 void    heap_init_process(void);
-void    heap_adopt_page(heap_t *h, page_t *pg);
+bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 
 /* alloc.c: the API behind both the hakmem_* and the standard names */

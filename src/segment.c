@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-_Atomic(uint8_t) *hm_segmap;
+_Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 
 /* Slice entries of free slices point here: its owner never matches a heap and
  * its area is empty, so free() of a pointer into a free slice is reported. */
@@ -152,11 +152,8 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
   return pg;
 }
 
-static segment_t *segment_of_page(page_t *pg) { return segment_of(pg); }
-
-void segment_page_free(page_t *pg) {
-  segment_t *s = segment_of_page(pg);
-  heap_t *h = s->heap;
+/* Give a page's slices back to its segment (which stays with its heap). */
+static void page_slices_free(segment_t *s, page_t *pg) {
   size_t i = (size_t)(pg - s->pages), n = pg->slices;
   uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
@@ -166,14 +163,26 @@ void segment_page_free(page_t *pg) {
   s->dirty_slices |= mask;
   s->pages_used--;
   stat_dec(STAT_PAGES);
+}
+
+/* After slices were freed: release the segment if it is empty and not its
+ * heap's only one, else schedule the purge of the free slices. */
+static bool segment_after_free(heap_t *h, segment_t *s) {
   if (s->used_slices == 1 && (h->segments != s || s->next)) {
-    segment_release_empty(h, s);   /* empty and not the heap's only segment */
-    return;
+    segment_release_empty(h, s);
+    return true;
   }
   uint64_t now = os_now_ms();
   if (!s->purge_ms) s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
   if (!h->next_purge_ms || s->purge_ms < h->next_purge_ms) h->next_purge_ms = s->purge_ms;
   if (now >= h->next_purge_ms) segment_purge_due(h, false);
+  return false;
+}
+
+void segment_page_free(page_t *pg) {
+  segment_t *s = segment_of(pg);
+  page_slices_free(s, pg);
+  segment_after_free(s->heap, s);
 }
 
 void segment_purge_due(heap_t *h, bool force) {
@@ -255,7 +264,8 @@ void segment_abandon(segment_t *s) {
 
 /* Make s part of heap h: every page gets h as owner, collects its remote
  * frees, and goes to h's queues, or back to the segment when empty. */
-static void segment_adopt(heap_t *h, segment_t *s) {
+/* Returns false when s turned out empty and was released. */
+static bool segment_adopt(heap_t *h, segment_t *s) {
   s->heap = h;
   list_push(&h->segments, s);
   stat_inc(STAT_RECLAIMED);
@@ -265,10 +275,9 @@ static void segment_adopt(heap_t *h, segment_t *s) {
     pg->flags = 0;
     atomic_store_explicit(&pg->heap, h, memory_order_release);
     page_collect(pg);
-    if (pg->used == 0) segment_page_free(pg);   /* may release s itself when it empties */
-    else heap_adopt_page(h, pg);
-    if (!s->heap) return;                        /* s was released */
+    if (pg->used == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
   }
+  return !segment_after_free(h, s);
 }
 
 bool segment_try_reclaim(heap_t *h, segment_t *s) {
@@ -296,8 +305,7 @@ segment_t *segment_reclaim_any(heap_t *h) {
   }
   pthread_mutex_unlock(&abandoned_lock);
   if (!s) return NULL;
-  segment_adopt(h, s);
-  return s->heap == h ? s : segment_reclaim_any(h);
+  return segment_adopt(h, s) ? s : segment_reclaim_any(h);
 }
 
 /* fork: hold the global locks across fork so the child never inherits them
