@@ -1,0 +1,146 @@
+/* Unit tests of hakmem's internals: size classes, pointer -> page lookup for
+ * every class, slice carving and release, the segment map, huge blocks. */
+#include "test.h"
+#include "internal.h"
+#include "hakmem.h"
+#include "stats.h"
+
+#include <string.h>
+
+TEST(class_round_trip) {
+  CHECK(class_size(CLASSES - 1) == MEDIUM_MAX);
+  for (size_t c = 0; c < CLASSES; c++) {
+    CHECKF(class_size(c) % 16 == 0, "class %zu size %zu not a multiple of 16", c, class_size(c));
+    CHECKF(size_class(class_size(c)) == c, "class %zu does not map back", c);
+    if (c) CHECKF(class_size(c) > class_size(c - 1), "class %zu not increasing", c);
+  }
+  for (size_t n = 0; n <= MEDIUM_MAX; n++) {
+    size_t c = size_class(n);
+    if (c >= CLASSES || class_size(c) < n || (c && class_size(c - 1) >= n)) {
+      CHECKF(0, "size %zu maps to class %zu (size %zu): not the smallest fitting class", n, c,
+             c < CLASSES ? class_size(c) : 0);
+      break;
+    }
+    /* 16-byte steps up to 128 B, then waste below 25 % of the request */
+    if (n && (n <= 128 ? class_size(c) - n >= 16 : (class_size(c) - n) * 4 >= n)) {
+      CHECKF(0, "size %zu rounds to %zu: waste %zu", n, class_size(c), class_size(c) - n);
+      break;
+    }
+  }
+}
+
+TEST(page_lookup_every_class) {
+  for (size_t c = 0; c < CLASSES; c++) {
+    size_t n = class_size(c);
+    void *p[3];
+    for (int i = 0; i < 3; i++) {
+      p[i] = hakmem_malloc(n - (i == 1 ? 15 : 0));
+      CHECKF(p[i] != NULL, "class %zu: malloc failed", c);
+      if (!p[i]) return;
+      segment_t *s = segment_checked(p[i]);
+      CHECKF(s != NULL, "class %zu: block %p not in the segment map", c, p[i]);
+      if (!s) return;
+      page_t *pg = page_of(s, p[i]);
+      CHECKF(pg->cls == c, "class %zu: page says class %u", c, pg->cls);
+      CHECKF(pg->block_size == n, "class %zu: block size %zu", c, pg->block_size);
+      CHECKF(((uintptr_t)p[i] - (uintptr_t)pg->start) % n == 0, "class %zu: %p not a block start", c, p[i]);
+      CHECKF(((uintptr_t)p[i] & 15) == 0, "class %zu: %p not 16-byte aligned", c, p[i]);
+      CHECKF(hakmem_malloc_usable_size(p[i]) == n, "class %zu: usable %zu", c, hakmem_malloc_usable_size(p[i]));
+      CHECKF(atomic_load(&pg->heap) == hm_tls_heap, "class %zu: page not owned by this thread", c);
+      memset(p[i], 0x5a, n);
+    }
+    for (int i = 0; i < 3; i++) hakmem_free(p[i]);
+  }
+}
+
+TEST(slices_carved_and_released) {
+  /* A large block takes a run of slices; freeing it gives them back. */
+  size_t n = 1 << 20;
+  void *p = hakmem_malloc(n);
+  CHECK(p != NULL);
+  if (!p) return;
+  segment_t *s = segment_checked(p);
+  CHECK(s != NULL);
+  page_t *pg = page_of(s, p);
+  size_t first = (size_t)(pg - s->pages);
+  CHECK(pg->cls == CLASS_LARGE);
+  CHECKF(pg->slices == n / SLICE_SIZE, "slices %u", pg->slices);
+  CHECK(pg->start == (uint8_t *)s + first * SLICE_SIZE);
+  for (size_t i = 0; i < pg->slices; i++) CHECK(s->slice_page[first + i] == pg);
+  CHECK(s->used_slices & (1ull << first));
+  memset(p, 1, n);
+  hakmem_free(p);
+  for (size_t i = 0; i < n / SLICE_SIZE; i++) CHECK(s->slice_page[first + i] == &hm_page_invalid);
+  CHECK(!(s->used_slices & (1ull << first)));
+  CHECK(s->dirty_slices & (1ull << first));
+}
+
+TEST(pages_return_to_segment) {
+  /* Fill several pages of one class, free everything: all but the class's
+   * current page go back to their segments. */
+  enum { N = 20000 };
+  static void *p[N];
+  int64_t pages_before = atomic_load(&hm_stat[STAT_PAGES]);
+  for (int i = 0; i < N; i++) p[i] = hakmem_malloc(200);
+  int64_t pages_full = atomic_load(&hm_stat[STAT_PAGES]);
+  CHECKF(pages_full - pages_before >= (int64_t)(N * 224 / SLICE_SIZE), "only %lld new pages",
+         (long long)(pages_full - pages_before));
+  for (int i = 0; i < N; i++) hakmem_free(p[i]);
+  int64_t pages_after = atomic_load(&hm_stat[STAT_PAGES]);
+  CHECKF(pages_after <= pages_before + 1, "pages before %lld, full %lld, after %lld", (long long)pages_before,
+         (long long)pages_full, (long long)pages_after);
+}
+
+TEST(segment_map) {
+  int local;
+  CHECK(segment_checked(&local) == NULL);
+  CHECK(segment_checked(NULL) == NULL);
+  CHECK(segment_checked((void *)~(uintptr_t)0) == NULL);
+  CHECK(segment_checked((void *)((uintptr_t)1 << 60)) == NULL);
+  void *p = hakmem_malloc(64);
+  CHECK(segment_checked(p) == segment_of(p));
+  CHECK(hm_segmap[(uintptr_t)p >> SEG_SHIFT] == SEGMAP_NORMAL);
+  hakmem_free(p);
+}
+
+TEST(huge_blocks) {
+  size_t n = 9u << 20;
+  void *p = hakmem_malloc(n);
+  CHECK(p != NULL);
+  if (!p) return;
+  segment_t *s = segment_checked(p);
+  CHECK(s != NULL && hm_segmap[(uintptr_t)s >> SEG_SHIFT] == SEGMAP_HUGE);
+  page_t *pg = page_of(s, p);
+  CHECK(pg->cls == CLASS_HUGE && pg->start == p && pg->block_size >= n);
+  CHECK(((uintptr_t)p & (SLICE_SIZE - 1)) == 0);
+  memset(p, 7, n);
+  /* grow in place or by moving the mapping: contents survive */
+  unsigned char *q = hakmem_realloc(p, 3 * n);
+  CHECK(q != NULL);
+  if (!q) return;
+  CHECK(q[0] == 7 && q[n - 1] == 7);
+  CHECK(segment_checked(q) != NULL);
+  uintptr_t chunk = (uintptr_t)segment_of(q);
+  hakmem_free(q);
+  CHECK(hm_segmap[chunk >> SEG_SHIFT] == 0);
+
+  /* alignment beyond the segment size: header one chunk below the block */
+  void *a = hakmem_aligned_alloc(8u << 20, 100);
+  CHECK(a != NULL && ((uintptr_t)a & ((8u << 20) - 1)) == 0);
+  CHECK(hakmem_malloc_usable_size(a) >= 100);
+  hakmem_free(a);
+}
+
+TEST(aligned_uses_classes) {
+  /* alignments up to a slice come from size classes that are multiples of it */
+  for (size_t align = 32; align <= SLICE_SIZE; align <<= 1) {
+    void *p = hakmem_aligned_alloc(align, 24);
+    CHECKF(p && ((uintptr_t)p & (align - 1)) == 0, "align %zu gave %p", align, p);
+    if (!p) continue;
+    page_t *pg = page_of(segment_of(p), p);
+    CHECKF(pg->block_size % align == 0 || pg->cls >= CLASSES, "align %zu: block size %zu", align, pg->block_size);
+    hakmem_free(p);
+  }
+}
+
+TEST_MAIN()
