@@ -5,7 +5,7 @@
  * the page malloc allocates from (heap->direct caches it for sizes <= 1 KiB).
  * A page found full is parked on heap->full with its thread_free state set to
  * TF_NOTIFY, so the first remote free into it tells the heap (page.c). */
-#include "internal.h"
+#include "hot.h"
 #include "options.h"
 #include "stats.h"
 
@@ -136,11 +136,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
   page_t *pg = find_page(h, c);
   if (!pg) return enomem();
-  block_t *b = (block_t *)pg->free;
-  pg->free = dec(pg, b->next);
-  b->next = 0;
-  pg->used++;
-  return b;
+  return hm_page_pop(pg);
 }
 
 /* Blocks above the largest class: a run of slices in one of the heap's

@@ -12,18 +12,25 @@
 #define HAKMEM_HOT_H
 #include "internal.h"
 
+HM_INLINE void *hm_page_pop(page_t *pg) {
+  block_t *b = (block_t *)pg->free;
+  pg->free = dec(pg, b->next);
+  b->next = 0;              /* leave no free-list link in a live block */
+  pg->used++;
+  return b;
+}
+
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
+  page_t *pg;
   if (likely(n <= SMALL_MAX)) {
-    page_t *pg = h->direct[(n + 15) >> 4];
-    block_t *b = (block_t *)pg->free;
-    if (likely(b != NULL)) {
-      pg->free = dec(pg, b->next);
-      b->next = 0;          /* leave no free-list link in a live block */
-      pg->used++;
-      return b;
-    }
+    pg = h->direct[(n + 15) >> 4];
+  } else {
+    if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n);
+    pg = h->queue[size_class(n)].first;
+    if (unlikely(pg == NULL)) return heap_malloc_slow(h, n);
   }
+  if (likely(pg->free != 0)) return hm_page_pop(pg);
   return heap_malloc_slow(h, n);
 }
 

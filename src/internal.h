@@ -114,7 +114,8 @@ typedef struct segment_s {
   page_t *slice_page[SLICES];    /* slice -> page descriptor (NULL when free) */
   uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
   uint64_t dirty_slices;         /* free slices that may still be resident */
-  uint64_t purge_ms;             /* earliest deadline for purging dirty slices */
+  uint64_t aged_slices;          /* dirty slices already free at the last purge check */
+  uint64_t purge_ms;             /* next purge check, 0 = none pending */
   struct heap_s *heap;           /* owner heap, NULL when abandoned or cached */
   struct segment_s *next, *prev; /* heap's list / abandoned list / cache */
   size_t size;                   /* mapping size */

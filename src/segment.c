@@ -68,9 +68,9 @@ static segment_t *segment_new(heap_t *h) {
   return s;
 }
 
-/* Purge every dirty free slice of s, coalescing runs into one madvise each. */
-static void segment_purge(segment_t *s) {
-  uint64_t d = s->dirty_slices & ~s->used_slices;
+/* Purge the free slices in mask, coalescing runs into one madvise each. */
+static void segment_purge(segment_t *s, uint64_t mask) {
+  uint64_t d = mask & s->dirty_slices & ~s->used_slices;
   while (d) {
     unsigned i = (unsigned)__builtin_ctzll(d);
     uint64_t rest = ~(d >> i);                            /* zero bits: the run */
@@ -79,8 +79,8 @@ static void segment_purge(segment_t *s) {
     if (i + n >= 64) break;
     d &= ~0ull << (i + n);
   }
-  s->dirty_slices = 0;
-  s->purge_ms = 0;
+  s->dirty_slices &= ~mask;
+  s->aged_slices &= ~mask;
 }
 
 /* An empty segment leaves its heap: to the cache (purged) or to the OS. */
@@ -88,7 +88,7 @@ void segment_release_empty(heap_t *h, segment_t *s) {
   list_remove(&h->segments, s);
   segmap_set(s, 0);
   s->heap = NULL;
-  segment_purge(s);
+  segment_purge(s, ~0ull);
   pthread_mutex_lock(&cache_lock);
   if (cache_count < (size_t)hm_options.segment_cache) {
     list_push(&cache, s);
@@ -127,8 +127,12 @@ static int find_run(uint64_t used, size_t n) {
 page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
   segment_t *s;
   int i = -1;
+  /* Reuse still-resident slices first: no page faults, nothing to purge. */
   for (s = h->segments; s; s = s->next)
-    if ((i = find_run(s->used_slices, n)) >= 0) break;
+    if (s->dirty_slices && (i = find_run(s->used_slices | ~s->dirty_slices, n)) >= 0) break;
+  if (!s)
+    for (s = h->segments; s; s = s->next)
+      if ((i = find_run(s->used_slices, n)) >= 0) break;
   if (!s) {
     /* Reclaim a dead thread's segment before mapping a new one. */
     while ((s = segment_reclaim_any(h)) != NULL)
@@ -147,6 +151,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = pg;
   s->used_slices |= mask;
   s->dirty_slices &= ~mask;
+  s->aged_slices &= ~mask;
   s->pages_used++;
   stat_inc(STAT_PAGES);
   return pg;
@@ -185,12 +190,17 @@ void segment_page_free(page_t *pg) {
   segment_after_free(s->heap, s);
 }
 
+/* Decay in two epochs: at each check, purge the slices that were already free
+ * at the previous check (free for at least one delay), and age the rest. */
 void segment_purge_due(heap_t *h, bool force) {
   uint64_t now = os_now_ms(), next = 0;
   for (segment_t *s = h->segments; s; s = s->next) {
-    if (!(s->dirty_slices & ~s->used_slices)) { s->dirty_slices &= s->used_slices; s->purge_ms = 0; continue; }
-    if (force || now >= s->purge_ms) segment_purge(s);
-    else if (!next || s->purge_ms < next) next = s->purge_ms;
+    if (force) segment_purge(s, ~0ull);
+    else if (s->purge_ms && now >= s->purge_ms) segment_purge(s, s->aged_slices);
+    else { if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms; continue; }
+    s->aged_slices = s->dirty_slices;
+    s->purge_ms = s->dirty_slices ? now + (uint64_t)hm_options.purge_delay_ms : 0;
+    if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms;
   }
   h->next_purge_ms = next;
 }
