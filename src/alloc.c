@@ -149,6 +149,10 @@ void *hm_pvalloc(size_t n) {
  * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
 static void *huge_realloc(segment_t *s, page_t *pg, size_t n) {
   size_t off = (size_t)(pg->start - (uint8_t *)s);
+  /* Growth reserves 50 % extra address space (untouched, so it costs no
+   * memory) so that a buffer grown step by step remaps rarely. */
+  if (n > pg->block_size && n - pg->block_size < pg->block_size / 2 && pg->block_size / 2 <= ALLOC_MAX - n)
+    n = pg->block_size + pg->block_size / 2;
   size_t usable = (n + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
   size_t total = off + usable;
   if (usable == pg->block_size) return pg->start;
@@ -187,12 +191,21 @@ void *hm_realloc(void *p, size_t n) {
   size_t usable = pg->block_size;
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
   if (n <= usable && n >= usable / 2) return p;           /* fits, and not wastefully */
+  if (pg->cls == CLASS_LARGE && n > MEDIUM_MAX && n <= LARGE_MAX &&
+      atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap) {
+    size_t lead = (size_t)((uintptr_t)pg->start & (SLICE_SIZE - 1));   /* aligned blocks start inside the run */
+    if (segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE)) return p;
+  }
   if (pg->cls == CLASS_HUGE && n > LARGE_MAX && s->huge_offset == 0) {
     void *q = huge_realloc(s, pg, n);
     if (q) return q;
   }
-  void *q = hm_malloc_fast(n);
-  if (!q) return NULL;
+  /* A big block that must move to grow gets 50 % headroom, so a buffer grown
+   * in small steps is copied O(log n) times; the headroom stays untouched. */
+  void *q = NULL;
+  if (n > usable && n > MEDIUM_MAX && n - usable < usable / 2 && usable / 2 <= ALLOC_MAX - usable)
+    q = hm_malloc_fast(usable + usable / 2);
+  if (!q && !(q = hm_malloc_fast(n))) return NULL;
   memcpy(q, p, n < usable ? n : usable);
   hm_free_fast(p);
   return q;
@@ -210,9 +223,10 @@ int hm_malloc_trim(size_t pad) {
   int64_t before = hm_stat[STAT_PURGED];
   if (h != &hm_heap_empty) {
     heap_collect_delayed(h);
-    segment_purge_due(h, true);
+    segment_purge_due(h, true, NULL);
   }
   bool unmapped = segment_cache_trim(true);
+  unmapped |= segment_huge_cache_purge(true);
   return unmapped || hm_stat[STAT_PURGED] != before;
 }
 

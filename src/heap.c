@@ -261,6 +261,7 @@ heap_t *heap_get(void) {
   h->next_all = keep_next;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hm_page_empty;
   h->rand = os_random() | 1;
+  h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->thread = pthread_self();
   h->alive = true;
   hm_tls_heap = h;                   /* before anything below may allocate */
@@ -292,7 +293,7 @@ static void heap_done(heap_t *h) {
     if (pg->used == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
   }
   /* 4. what remains is abandoned */
-  segment_purge_due(h, true);
+  segment_purge_due(h, true, NULL);
   for (segment_t *s = h->segments, *next; s; s = next) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);

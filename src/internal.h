@@ -116,6 +116,8 @@ typedef struct segment_s {
   uint64_t dirty_slices;         /* free slices that may still be resident */
   uint64_t aged_slices;          /* dirty slices already free at the last purge check */
   uint64_t purge_ms;             /* next purge check, 0 = none pending */
+  uint64_t purged_slices;        /* free slices purged at purged_ms, not reused since */
+  uint64_t purged_ms;
   struct heap_s *heap;           /* owner heap, NULL when abandoned or cached */
   struct segment_s *next, *prev; /* heap's list / abandoned list / cache */
   size_t size;                   /* mapping size */
@@ -155,6 +157,7 @@ typedef struct heap_s {
   segment_t *segments;           /* segments owned by this heap */
   uint64_t rand;                 /* per-heap PRNG state (page keys) */
   uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
+  uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
   pthread_t thread;
   bool alive;                    /* owned by a running thread */
   struct heap_s *next_all;       /* registry of every heap ever made */
@@ -179,11 +182,15 @@ uint64_t os_random(void);
 void  os_init(void);
 
 /* segment.c */
+#define PURGE_DELAY_MAX_MS 1000
+uint64_t purge_delay_adapt(uint64_t delay, bool refault);
 page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls);
 void    segment_page_free(page_t *pg);
+bool    segment_large_resize(page_t *pg, size_t slices);
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
 void    segment_huge_free(segment_t *s);
-void    segment_purge_due(heap_t *h, bool force);
+bool    segment_huge_cache_purge(bool force);
+bool    segment_purge_due(heap_t *h, bool force, segment_t *watch);
 void    segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);

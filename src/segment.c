@@ -68,9 +68,22 @@ static segment_t *segment_new(heap_t *h) {
   return s;
 }
 
+/* The decay adapts: memory reused within two delays of being purged was
+ * purged too early (the program cycles through it), so the delay doubles, up
+ * to PURGE_DELAY_MAX_MS; a purge that is not followed by reuse brings it back
+ * down toward HAKMEM_PURGE_DELAY_MS by a quarter. */
+uint64_t purge_delay_adapt(uint64_t delay, bool refault) {
+  uint64_t base = (uint64_t)hm_options.purge_delay_ms;
+  if (delay < base) delay = base;
+  if (refault) return delay * 2 > PURGE_DELAY_MAX_MS ? (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS) : (delay ? delay * 2 : 1);
+  delay -= delay / 4;
+  return delay < base ? base : delay;
+}
+
 /* Purge the free slices in mask, coalescing runs into one madvise each. */
 static void segment_purge(segment_t *s, uint64_t mask) {
   uint64_t d = mask & s->dirty_slices & ~s->used_slices;
+  if (d) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
   while (d) {
     unsigned i = (unsigned)__builtin_ctzll(d);
     uint64_t rest = ~(d >> i);                            /* zero bits: the run */
@@ -149,6 +162,10 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
   pg->cls = cls;
   pg->is_zero = !(s->dirty_slices & mask);
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = pg;
+  if (s->purged_slices & mask) {
+    if (os_now_ms() - s->purged_ms < 2 * h->purge_delay_ms) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, true);
+    s->purged_slices &= ~mask;
+  }
   s->used_slices |= mask;
   s->dirty_slices &= ~mask;
   s->aged_slices &= ~mask;
@@ -170,17 +187,15 @@ static void page_slices_free(segment_t *s, page_t *pg) {
   stat_dec(STAT_PAGES);
 }
 
-/* After slices were freed: release the segment if it is empty and not its
- * heap's only one, else schedule the purge of the free slices. */
+/* After slices were freed: schedule their purge.  An empty segment stays with
+ * its heap until the decay has purged it (it may be reused before that), then
+ * leaves unless it is the heap's only segment (segment_purge_due).  Returns
+ * true if s was released. */
 static bool segment_after_free(heap_t *h, segment_t *s) {
-  if (s->used_slices == 1 && (h->segments != s || s->next)) {
-    segment_release_empty(h, s);
-    return true;
-  }
   uint64_t now = os_now_ms();
-  if (!s->purge_ms) s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
+  if (!s->purge_ms) s->purge_ms = now + h->purge_delay_ms;
   if (!h->next_purge_ms || s->purge_ms < h->next_purge_ms) h->next_purge_ms = s->purge_ms;
-  if (now >= h->next_purge_ms) segment_purge_due(h, false);
+  if (now >= h->next_purge_ms) return segment_purge_due(h, false, s);
   return false;
 }
 
@@ -192,17 +207,60 @@ void segment_page_free(page_t *pg) {
 
 /* Decay in two epochs: at each check, purge the slices that were already free
  * at the previous check (free for at least one delay), and age the rest. */
-void segment_purge_due(heap_t *h, bool force) {
+/* Resize a large block's run of slices in place: shrink always works, growth
+ * when the slices after the run are free.  Owner thread only. */
+bool segment_large_resize(page_t *pg, size_t slices) {
+  segment_t *s = segment_of(pg);
+  size_t i = (size_t)(pg - s->pages), n = pg->slices;
+  if (slices == n) return true;
+  if (slices < n) {
+    uint64_t tail = (((n - slices) >= 64 ? ~0ull : (1ull << (n - slices)) - 1)) << (i + slices);
+    for (size_t k = slices; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
+    s->used_slices &= ~tail;
+    s->dirty_slices |= tail;
+    segment_after_free(s->heap, s);
+  } else {
+    if (i + slices > SLICES) return false;
+    uint64_t more = ((slices - n) >= 64 ? ~0ull : (1ull << (slices - n)) - 1) << (i + n);
+    if (s->used_slices & more) return false;
+    for (size_t k = n; k < slices; k++) s->slice_page[i + k] = pg;
+    s->purged_slices &= ~more;
+    s->used_slices |= more;
+    s->dirty_slices &= ~more;
+    s->aged_slices &= ~more;
+  }
+  pg->slices = (uint8_t)slices;
+  pg->block_size = pg->area = (size_t)((uint8_t *)s + (i + slices) * SLICE_SIZE - pg->start);
+  pg->magic = UINT64_MAX / pg->block_size + 1;
+  return true;
+}
+
+bool segment_purge_due(heap_t *h, bool force, segment_t *watch) {
   uint64_t now = os_now_ms(), next = 0;
-  for (segment_t *s = h->segments; s; s = s->next) {
+  bool watched_released = false;
+  for (segment_t *s = h->segments, *snext; s; s = snext) {
+    snext = s->next;
+    if (s->used_slices == 1 && !s->dirty_slices && (h->segments != s || s->next)) {
+      watched_released |= s == watch;       /* empty and purged: leave the heap */
+      segment_release_empty(h, s);
+      continue;
+    }
     if (force) segment_purge(s, ~0ull);
-    else if (s->purge_ms && now >= s->purge_ms) segment_purge(s, s->aged_slices);
+    else if (s->purge_ms && now >= s->purge_ms) {
+      if (s->aged_slices & s->dirty_slices) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, false);
+      segment_purge(s, s->aged_slices);
+    }
     else { if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms; continue; }
     s->aged_slices = s->dirty_slices;
-    s->purge_ms = s->dirty_slices ? now + (uint64_t)hm_options.purge_delay_ms : 0;
+    s->purge_ms = s->dirty_slices ? now + h->purge_delay_ms : 0;
     if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms;
+    if (s->used_slices == 1 && !s->dirty_slices && (h->segments != s || s->next)) {
+      watched_released |= s == watch;
+      segment_release_empty(h, s);
+    }
   }
   h->next_purge_ms = next;
+  return watched_released;
 }
 
 /* ---- huge blocks -------------------------------------------------------- */
@@ -212,6 +270,65 @@ void segment_purge_due(heap_t *h, bool force) {
  * first SEG_SIZE chunk, so the usual mask finds the header.  Bigger alignments
  * put the block exactly one chunk above the header (huge_offset), a case only
  * the slow paths (hm_lookup) need to know. */
+/* Freed huge blocks are kept for reuse (up to HUGE_CACHE_BYTES), their memory
+ * resident for one purge delay, then purged; the oldest are unmapped first.
+ * Without this, a program that repeatedly builds big buffers page-faults all
+ * of them in again each time. */
+#define HUGE_CACHE_BYTES ((size_t)256 << 20)
+static pthread_mutex_t huge_lock = PTHREAD_MUTEX_INITIALIZER;
+static segment_t *huge_cache;          /* newest first */
+static size_t huge_cache_bytes;
+static uint64_t huge_delay_ms;         /* adaptive, as for slices */
+
+/* Purge entries past their delay; unmap the oldest beyond the byte budget.
+ * Called with huge_lock held; returns the list of segments to unmap. */
+static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
+  segment_t *drop = NULL, *next;
+  size_t bytes = 0;
+  for (segment_t *s = huge_cache; s; s = next) {
+    next = s->next;
+    bytes += s->size;
+    if (bytes > budget) {
+      list_remove(&huge_cache, s);
+      huge_cache_bytes -= s->size;
+      s->next = drop;
+      drop = s;
+    } else if (s->purge_ms && now >= s->purge_ms) {
+      os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
+      s->purge_ms = 0;
+      s->purged_ms = now;
+      if (now != UINT64_MAX) huge_delay_ms = purge_delay_adapt(huge_delay_ms, false);
+    }
+  }
+  return drop;
+}
+
+static void unmap_list(segment_t *s) {
+  while (s) {
+    segment_t *next = s->next;
+    stat_dec(STAT_HUGE_CACHED);
+    os_unmap(s, s->size);
+    s = next;
+  }
+}
+
+/* A cached huge mapping of at least total bytes (and not much more). */
+static segment_t *huge_cache_take(size_t total) {
+  segment_t *best = NULL;
+  pthread_mutex_lock(&huge_lock);
+  for (segment_t *s = huge_cache; s; s = s->next)
+    if (s->size >= total && s->size - total <= total / 2 && (!best || s->size < best->size)) best = s;
+  if (best) {
+    list_remove(&huge_cache, best);
+    huge_cache_bytes -= best->size;
+    stat_dec(STAT_HUGE_CACHED);
+    if (!best->purge_ms && os_now_ms() - best->purged_ms < 2 * huge_delay_ms)
+      huge_delay_ms = purge_delay_adapt(huge_delay_ms, true);
+  }
+  pthread_mutex_unlock(&huge_lock);
+  return best;
+}
+
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   (void)h;
   size_t off = align > SLICE_SIZE ? align : SLICE_SIZE;
@@ -220,7 +337,12 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   if (usable < size || usable > SIZE_MAX - off - align) return NULL;
   size_t total = off + usable;
   segment_t *s;
-  if (align < SEG_SIZE) {
+  bool zero = true;
+  if (align <= SLICE_SIZE && (s = huge_cache_take(total)) != NULL) {
+    zero = s->purge_ms == 0;           /* purged memory reads as zero */
+    total = s->size;
+    usable = total - off;
+  } else if (align < SEG_SIZE) {
     s = os_map_aligned(total, SEG_SIZE);
   } else {
     uint8_t *raw = os_map(total + align);
@@ -238,7 +360,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   page_t *pg = &s->pages[1];
   pg->slices = 1;
   pg->cls = CLASS_HUGE;
-  pg->is_zero = 1;
+  pg->is_zero = zero;
   pg->start = (uint8_t *)s + off;
   pg->block_size = pg->area = usable;
   pg->reserved = pg->capacity = 1;
@@ -253,7 +375,28 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
 void segment_huge_free(segment_t *s) {
   segmap_set(s, 0);
   stat_dec(STAT_HUGE);
-  os_unmap(s, s->size);
+  if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4) { os_unmap(s, s->size); return; }
+  uint64_t now = os_now_ms();
+  stat_inc(STAT_HUGE_CACHED);
+  pthread_mutex_lock(&huge_lock);
+  if (huge_delay_ms < (uint64_t)hm_options.purge_delay_ms) huge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+  s->purge_ms = now + huge_delay_ms;
+  list_push(&huge_cache, s);
+  huge_cache_bytes += s->size;
+  segment_t *drop = huge_cache_decay(now, HUGE_CACHE_BYTES);
+  pthread_mutex_unlock(&huge_lock);
+  unmap_list(drop);
+}
+
+/* Purge the cached huge blocks whose delay passed (all of them if force). */
+bool segment_huge_cache_purge(bool force) {
+  if (!huge_cache) return false;
+  pthread_mutex_lock(&huge_lock);
+  segment_t *drop = huge_cache_decay(force ? UINT64_MAX : os_now_ms(), force ? 0 : HUGE_CACHE_BYTES);
+  pthread_mutex_unlock(&huge_lock);
+  bool any = drop != NULL;
+  unmap_list(drop);
+  return any;
 }
 
 /* ---- abandonment --------------------------------------------------------- */
@@ -323,12 +466,15 @@ segment_t *segment_reclaim_any(heap_t *h) {
 void segment_fork_prepare(void) {
   pthread_mutex_lock(&abandoned_lock);
   pthread_mutex_lock(&cache_lock);
+  pthread_mutex_lock(&huge_lock);
 }
 void segment_fork_parent(void) {
+  pthread_mutex_unlock(&huge_lock);
   pthread_mutex_unlock(&cache_lock);
   pthread_mutex_unlock(&abandoned_lock);
 }
 void segment_fork_child(void) {
+  pthread_mutex_init(&huge_lock, NULL);
   pthread_mutex_init(&cache_lock, NULL);
   pthread_mutex_init(&abandoned_lock, NULL);
 }

@@ -14,13 +14,13 @@ void stats_print(void) {
   hm_warn("hakmem: statistics\n"
           "  mapped         %12lld bytes now, %lld peak\n"
           "  purged         %12lld bytes in total\n"
-          "  segments       %12lld now, %lld peak;  huge blocks %lld now, %lld peak\n"
+          "  segments       %12lld now, %lld peak;  huge blocks %lld now, %lld peak, %lld cached\n"
           "  pages          %12lld now, %lld peak\n"
           "  threads        %12lld live, %lld peak;  segments abandoned %lld, reclaimed %lld\n"
           "  os calls       mmap %lld, munmap %lld, madvise %lld, mremap %lld\n",
           (long long)get(STAT_MAPPED), (long long)peak(STAT_MAPPED), (long long)get(STAT_PURGED),
           (long long)get(STAT_SEGMENTS), (long long)peak(STAT_SEGMENTS),
-          (long long)get(STAT_HUGE), (long long)peak(STAT_HUGE),
+          (long long)get(STAT_HUGE), (long long)peak(STAT_HUGE), (long long)get(STAT_HUGE_CACHED),
           (long long)get(STAT_PAGES), (long long)peak(STAT_PAGES),
           (long long)get(STAT_THREADS), (long long)peak(STAT_THREADS),
           (long long)get(STAT_ABANDONED), (long long)get(STAT_RECLAIMED),

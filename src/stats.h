@@ -10,7 +10,8 @@ enum {
   STAT_MAPPED,        /* bytes currently mapped */
   STAT_PURGED,        /* bytes purged (cumulative) */
   STAT_SEGMENTS,      /* normal segments mapped (in use or cached) */
-  STAT_HUGE,          /* huge segments live */
+  STAT_HUGE,          /* huge blocks live */
+  STAT_HUGE_CACHED,   /* freed huge mappings kept for reuse */
   STAT_PAGES,         /* pages in use */
   STAT_ABANDONED,     /* segments abandoned by exiting threads (cumulative) */
   STAT_RECLAIMED,     /* segments adopted by live threads (cumulative) */
