@@ -26,7 +26,7 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
   }
   page_t *pg = page_of(s, p);
   uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-  if (pg->slices == 0 || off >= pg->area) {
+  if (pg->slices == 0 || off >= page_area(pg)) {
     snprintf(what, sizeof what, "%s of a pointer that is not an allocated block (already freed, or never allocated)", op);
     hm_fatal(what, p, pg->slices ? pg : NULL);
   }
@@ -41,7 +41,7 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
 /* Does the owner see b on a free list of pg?  (cheap test first) */
 static bool owner_sees_free(page_t *pg, const void *p) {
   uintptr_t cand = dec(pg, ((const block_t *)p)->next);
-  return (cand == 0 || cand - (uintptr_t)pg->start < pg->area) && page_contains_free(pg, (uintptr_t)p);
+  return (cand == 0 || cand - (uintptr_t)pg->start < page_area(pg)) && page_contains_free(pg, (uintptr_t)p);
 }
 
 HM_COLD void hm_free_slow(void *p) {
@@ -175,7 +175,8 @@ static void *huge_realloc(segment_t *s, page_t *pg, size_t n) {
   }
   s->size = total;
   pg->start = (uint8_t *)s + off;
-  pg->block_size = pg->area = usable;
+  pg->block_size = usable;
+  page_set_area(pg, usable);
   pg->magic = UINT64_MAX / usable + 1;
   return pg->start;
 }

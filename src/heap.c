@@ -155,7 +155,8 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
       uint8_t *blk = align > SLICE_SIZE ? (uint8_t *)(((uintptr_t)run + align - 1) & ~(uintptr_t)(align - 1)) : run;
       size_t bs = (size_t)(run + slices * SLICE_SIZE - blk);
       pg->start = blk;
-      pg->block_size = pg->area = bs;
+      pg->block_size = bs;
+      page_set_area(pg, bs);
       pg->reserved = pg->capacity = 1;
       pg->used = 1;
       pg->magic = UINT64_MAX / bs + 1;

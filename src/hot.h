@@ -41,10 +41,10 @@ HM_INLINE void hm_free_fast(void *p) {
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
     if (likely(atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap &&
                pg->flags == 0 &&
-               off < pg->area && off * pg->magic < pg->magic)) {   /* one of our blocks' start */
+               off < page_area(pg) && off * pg->magic < pg->magic)) {   /* one of our blocks' start */
       block_t *b = (block_t *)p;
       uintptr_t cand = dec(pg, b->next);             /* b's link, were b already free */
-      if (likely(cand - (uintptr_t)pg->start >= pg->area && cand != 0)) {
+      if (likely(cand - (uintptr_t)pg->start >= page_area(pg) && cand != 0)) {
         b->next = enc(pg, pg->free);
         pg->free = (uintptr_t)b;
         if (unlikely(--pg->used == 0)) heap_page_retire(hm_tls_heap, pg);

@@ -98,7 +98,7 @@ typedef struct page_s {
   uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
   uint8_t *start;                /* first block */
   size_t block_size;
-  size_t area;                   /* bytes of blocks: reserved * block_size */
+  _Atomic size_t area;           /* bytes carved into blocks; grows while other threads may read it */
   uint32_t capacity;             /* blocks carved so far */
   uint32_t reserved;             /* blocks that fit */
   /* cold */
@@ -106,6 +106,9 @@ typedef struct page_s {
   struct page_s *next, *prev;    /* in a heap queue */
 } page_t;
 
+/* area is read by threads freeing into the page while its owner carves more. */
+static inline size_t page_area(const page_t *pg) { return atomic_load_explicit(&pg->area, memory_order_relaxed); }
+static inline void page_set_area(page_t *pg, size_t a) { atomic_store_explicit(&pg->area, a, memory_order_relaxed); }
 static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
 static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
 

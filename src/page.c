@@ -17,7 +17,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   pg->block_size = block_size;
   pg->reserved = (uint32_t)(pg->slices * SLICE_SIZE / block_size);
   pg->capacity = 0;
-  pg->area = 0;
+  page_set_area(pg, 0);
   pg->free = 0;
   pg->used = 0;
   pg->flags = 0;
@@ -46,7 +46,7 @@ bool page_extend(page_t *pg) {
   ((block_t *)b)->next = enc(pg, pg->free);
   pg->free = (uintptr_t)first;
   pg->capacity += (uint32_t)n;
-  pg->area = (size_t)pg->capacity * pg->block_size;
+  page_set_area(pg, (size_t)pg->capacity * pg->block_size);
   return true;
 }
 
@@ -59,7 +59,7 @@ void page_collect(page_t *pg) {
   uintptr_t head = tf & ~(uintptr_t)TF_MASK, b = head, tail = 0;
   uint32_t n = 0;
   while (b) {
-    if (unlikely(++n > pg->used || b - (uintptr_t)pg->start >= pg->area))
+    if (unlikely(++n > pg->used || b - (uintptr_t)pg->start >= page_area(pg)))
       hm_fatal("corrupted remote free list (double free from another thread?)", (void *)b, pg);
     tail = b;
     b = dec(pg, ((block_t *)b)->next);
@@ -86,7 +86,7 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
 void page_free_local_slow(page_t *pg, block_t *b) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   uintptr_t cand = dec(pg, b->next);
-  if (cand == 0 || cand - (uintptr_t)pg->start < pg->area) {
+  if (cand == 0 || cand - (uintptr_t)pg->start < page_area(pg)) {
     if (page_contains_free(pg, (uintptr_t)b)) hm_fatal("double free", b, pg);
   }
   b->next = enc(pg, pg->free);

@@ -230,7 +230,8 @@ bool segment_large_resize(page_t *pg, size_t slices) {
     s->aged_slices &= ~more;
   }
   pg->slices = (uint8_t)slices;
-  pg->block_size = pg->area = (size_t)((uint8_t *)s + (i + slices) * SLICE_SIZE - pg->start);
+  pg->block_size = (size_t)((uint8_t *)s + (i + slices) * SLICE_SIZE - pg->start);
+  page_set_area(pg, pg->block_size);
   pg->magic = UINT64_MAX / pg->block_size + 1;
   return true;
 }
@@ -362,7 +363,8 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   pg->cls = CLASS_HUGE;
   pg->is_zero = zero;
   pg->start = (uint8_t *)s + off;
-  pg->block_size = pg->area = usable;
+  pg->block_size = usable;
+  page_set_area(pg, usable);
   pg->reserved = pg->capacity = 1;
   pg->used = 1;
   pg->magic = UINT64_MAX / usable + 1;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef void (*test_fn)(void);
 static struct { const char *name; test_fn fn; } test_cases[256];
@@ -37,9 +38,12 @@ static char test_reason[512];
 /* Environment: SANITIZED=1 when run under a sanitizer (scale work down). */
 static inline int test_sanitized(void) { const char *s = getenv("SANITIZED"); return s && *s == '1'; }
 
+/* Every test program is bounded in time: SIGALRM ends a hung one (run.sh
+ * reports it), whatever a deadlock might be waiting on. */
 #define TEST_MAIN()                                                             \
   int main(void) {                                                              \
     int failed = 0;                                                             \
+    alarm(test_sanitized() ? 900 : 240);                                        \
     const char *file = strrchr(__FILE__, '/') ? strrchr(__FILE__, '/') + 1 : __FILE__; \
     for (int i = 0; i < test_count; i++) {                                      \
       test_failed_now = 0;                                                      \
