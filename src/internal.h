@@ -249,5 +249,6 @@ int    hm_malloc_trim(size_t pad);
 /* errors (report.c) */
 __attribute__((noreturn, cold)) void hm_fatal(const char *what, const void *p, const page_t *pg);
 void hm_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void hm_print(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

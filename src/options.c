@@ -4,7 +4,10 @@
 #include "internal.h"
 #include "options.h"
 
+#include "stats.h"
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 
 options_t hm_options;
@@ -41,4 +44,5 @@ void options_init(void) {
     }
     *o->value = v;
   }
+  if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
 }

@@ -7,16 +7,27 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-void hm_warn(const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
+static void vprint(int fd, const char *fmt, va_list ap) {
+  char buf[1024];
   int n = vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
   if (n < 0) return;
   if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-  ssize_t w = write(STDERR_FILENO, buf, (size_t)n);
+  ssize_t w = write(fd, buf, (size_t)n);
   (void)w;
+}
+
+void hm_print(int fd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vprint(fd, fmt, ap);
+  va_end(ap);
+}
+
+void hm_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vprint(STDERR_FILENO, fmt, ap);
+  va_end(ap);
 }
 
 void hm_fatal(const char *what, const void *p, const page_t *pg) {

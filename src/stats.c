@@ -11,7 +11,7 @@ static int64_t get(int i) { return atomic_load_explicit(&hm_stat[i], memory_orde
 static int64_t peak(int i) { return atomic_load_explicit(&hm_stat_peak[i], memory_order_relaxed); }
 
 void stats_print(void) {
-  hm_warn("hakmem: statistics\n"
+  hm_print(hm_stats_fd >= 0 ? hm_stats_fd : 2, "hakmem: statistics\n"
           "  mapped         %12lld bytes now, %lld peak\n"
           "  purged         %12lld bytes in total\n"
           "  segments       %12lld now, %lld peak;  huge blocks %lld now, %lld peak, %lld cached\n"
@@ -27,6 +27,10 @@ void stats_print(void) {
           (long long)get(STAT_OS_MMAP), (long long)get(STAT_OS_MUNMAP),
           (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP));
 }
+
+/* Programs may close stderr before exiting (coreutils do): the report goes to
+ * a private duplicate taken when the options were read. */
+int hm_stats_fd = -1;
 
 __attribute__((destructor)) static void stats_at_exit(void) {
   if (hm_options.stats) stats_print();

@@ -34,4 +34,5 @@ static inline void stat_dec(int i) { stat_sub(i, 1); }
 static inline void stat_os(int i) { atomic_fetch_add_explicit(&hm_stat[i], 1, memory_order_relaxed); }
 
 void stats_print(void);   /* the report printed at exit with HAKMEM_STATS=1 */
+extern int hm_stats_fd;
 #endif
