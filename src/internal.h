@@ -35,7 +35,7 @@
 #define SLICE_SHIFT   16                        /* 64 KiB slices */
 #define SLICE_SIZE    ((size_t)1 << SLICE_SHIFT)
 #define SLICES        (SEG_SIZE / SLICE_SIZE)   /* 64, slice 0 is the header */
-#define OS_PAGE       4096
+#define OS_PAGE       os_page_size()    /* 4 KiB, or 16/64 KiB on some arm64 kernels */
 
 /* The segment map covers a 48-bit address space, one byte per segment. */
 #define ADDR_BITS     48
@@ -174,6 +174,7 @@ extern page_t hm_page_invalid;
 
 /* ---- module interfaces ---------------------------------------------------- */
 /* os.c: the only place that talks to the kernel about memory */
+size_t os_page_size(void);
 void *os_map(size_t size);                        /* zeroed, NULL on failure */
 void *os_map_aligned(size_t size, size_t align);
 void  os_unmap(void *p, size_t size);

@@ -9,6 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
+size_t os_page_size(void) {
+  static size_t page;
+  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
+  return page;
+}
+
 void *os_map(size_t size) {
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   stat_os(STAT_OS_MMAP);
@@ -23,7 +29,7 @@ void os_unmap(void *p, size_t size) {
   if (munmap(p, size) == 0) stat_sub(STAT_MAPPED, size);
 }
 
-/* Map size bytes aligned to align (a power of two >= OS_PAGE): over-map and
+/* Map size bytes aligned to align (a power of two >= the page size): over-map and
  * trim both ends, which leaves one mapping and costs at most two munmaps. */
 void *os_map_aligned(size_t size, size_t align) {
   if (size > SIZE_MAX - align) return NULL;
