@@ -226,7 +226,7 @@ int hm_malloc_trim(size_t pad) {
     heap_collect_delayed(h);
     segment_purge_due(h, true, NULL);
   }
-  bool unmapped = segment_cache_trim(true);
+  bool unmapped = segment_cache_trim();
   unmapped |= segment_huge_cache_purge(true);
   return unmapped || hm_stat[STAT_PURGED] != before;
 }

@@ -25,9 +25,8 @@ static _Atomic int atfork_registered;
 
 /* ---- queues and the direct table ---------------------------------------- */
 
-static pageq_t *queue_of(heap_t *h, page_t *pg) {
-  return &h->queue[pg->cls < CLASSES ? pg->cls : CLASSES];
-}
+/* Large pages hold one block and live on the full list; only class pages queue. */
+static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
 
 /* Point direct[] at the first page of class c (or the empty page). */
 static void direct_update(heap_t *h, size_t c) {
@@ -42,14 +41,14 @@ static void queue_remove(heap_t *h, page_t *pg) {
   pageq_t *q = queue_of(h, pg);
   bool was_first = q->first == pg;
   pageq_remove(q, pg);
-  if (was_first && pg->cls < CLASSES) direct_update(h, pg->cls);
+  if (was_first) direct_update(h, pg->cls);
 }
 
 static void queue_push(heap_t *h, page_t *pg, bool front) {
   pageq_t *q = queue_of(h, pg);
   if (front || !q->first) {
     pageq_push_front(q, pg);
-    if (pg->cls < CLASSES) direct_update(h, pg->cls);
+    direct_update(h, pg->cls);
   } else {
     pageq_push(q, pg);
   }
@@ -226,7 +225,6 @@ static void process_init(void) {
   pthread_key_create(&heap_key, heap_thread_done);
 }
 
-void heap_init_process(void) { pthread_once(&process_once, process_init); }
 
 static heap_t *heap_struct_alloc(void) {
   heap_t *h;
@@ -255,7 +253,7 @@ static heap_t *heap_struct_alloc(void) {
 heap_t *heap_get(void) {
   heap_t *h = hm_tls_heap;
   if (h != &hm_heap_empty) return h;
-  heap_init_process();
+  pthread_once(&process_once, process_init);
   if (!(h = heap_struct_alloc())) return NULL;
   heap_t *keep_next = h->next_all;
   memset(h, 0, sizeof *h);
@@ -263,8 +261,6 @@ heap_t *heap_get(void) {
   for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hm_page_empty;
   h->rand = os_random() | 1;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
-  h->thread = pthread_self();
-  h->alive = true;
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
@@ -280,7 +276,7 @@ static void heap_done(heap_t *h) {
   /* 2. frees already delivered */
   heap_collect_delayed(h);
   /* 3. collect remote frees everywhere; free empty pages */
-  for (size_t c = 0; c <= CLASSES; c++) {
+  for (size_t c = 0; c < CLASSES; c++) {
     for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
       next = pg->next;
       page_collect(pg);
@@ -310,7 +306,6 @@ static void heap_thread_done(void *arg) {
   hm_tls_heap = &hm_heap_empty;
   stat_dec(STAT_THREADS);
   pthread_mutex_lock(&heaps_lock);
-  h->alive = false;
   h->next_free = heaps_free;
   heaps_free = h;
   pthread_mutex_unlock(&heaps_lock);

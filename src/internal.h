@@ -154,15 +154,13 @@ typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
 typedef struct heap_s {
   page_t *direct[DIRECT_SLOTS];  /* (n+15)>>4 -> page to allocate n bytes from */
-  pageq_t queue[CLASSES + 1];    /* pages with (possibly) free blocks; [CLASSES] = large */
+  pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
   segment_t *segments;           /* segments owned by this heap */
   uint64_t rand;                 /* per-heap PRNG state (page keys) */
   uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
-  pthread_t thread;
-  bool alive;                    /* owned by a running thread */
   struct heap_s *next_all;       /* registry of every heap ever made */
   struct heap_s *next_free;      /* recycled heap structs */
 } heap_t;
@@ -199,7 +197,7 @@ void    segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
-bool    segment_cache_trim(bool force);
+bool    segment_cache_trim(void);
 void    segment_fork_prepare(void), segment_fork_parent(void), segment_fork_child(void);
 static inline page_t *page_of(segment_t *s, const void *p) {
   return s->slice_page[((uintptr_t)p - (uintptr_t)s) >> SLICE_SHIFT];
@@ -226,7 +224,6 @@ void   *heap_malloc_slow(heap_t *h, size_t n);
 void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
-void    heap_init_process(void);
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 

@@ -24,8 +24,6 @@ static const struct option_def {
     "empty 4 MiB segments kept mapped (and purged) for reuse before unmapping" },
   { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1,
     "1: print a statistics report to stderr at exit" },
-  { "HAKMEM_VERBOSE", &hm_options.verbose, 0, 0, 1,
-    "1: report unusual events (failed OS calls) on stderr" },
 };
 
 void options_init(void) {

@@ -6,7 +6,6 @@ typedef struct options_s {
   long purge_delay_ms;   /* HAKMEM_PURGE_DELAY_MS */
   long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
   long stats;            /* HAKMEM_STATS */
-  long verbose;          /* HAKMEM_VERBOSE */
 } options_t;
 
 extern options_t hm_options;

@@ -112,7 +112,7 @@ void segment_release_empty(heap_t *h, segment_t *s) {
   if (s) { stat_dec(STAT_SEGMENTS); os_unmap(s, SEG_SIZE); }
 }
 
-bool segment_cache_trim(bool force) {
+bool segment_cache_trim(void) {
   segment_t *list;
   pthread_mutex_lock(&cache_lock);
   list = cache; cache = NULL; cache_count = 0;
@@ -124,7 +124,6 @@ bool segment_cache_trim(bool force) {
     os_unmap(list, SEG_SIZE);
     list = next;
   }
-  (void)force;
   return any;
 }
 
