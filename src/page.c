@@ -30,14 +30,18 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   atomic_store_explicit(&pg->heap, h, memory_order_release);
 }
 
-/* Carve more blocks (about 16 KiB at a time, so a big page is touched only as
- * far as it is used) and link them in address order. */
-#define EXTEND_BYTES (16 * 1024)
+/* Carve more blocks and link them in address order: 4 KiB first, then as much
+ * as is already carved, up to 16 KiB at a time, so that a page is touched
+ * only as far as it is used and a busy page is not extended block by block;
+ * big blocks go at least four at a time (only their first words are touched). */
+#define EXTEND_MIN (4 * 1024)
+#define EXTEND_MAX (16 * 1024)
 bool page_extend(page_t *pg) {
   size_t left = pg->reserved - pg->capacity;
   if (!left) return false;
-  size_t n = EXTEND_BYTES / pg->block_size;
-  if (n < 1) n = 1;
+  size_t carved = (size_t)pg->capacity * pg->block_size;
+  size_t n = (carved < EXTEND_MIN ? EXTEND_MIN : carved > EXTEND_MAX ? EXTEND_MAX : carved) / pg->block_size;
+  if (n < 4) n = 4;
   if (n > left) n = left;
   uint8_t *first = pg->start + (size_t)pg->capacity * pg->block_size;
   uint8_t *b = first;

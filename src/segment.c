@@ -43,8 +43,9 @@ static void list_remove(segment_t **head, segment_t *s) {
   s->next = s->prev = NULL;
 }
 
-static void segment_header_init(segment_t *s, size_t size) {
-  memset(s, 0, offsetof(segment_t, pages));
+/* fresh: the memory comes straight from mmap and is already zero. */
+static void segment_header_init(segment_t *s, size_t size, bool fresh) {
+  if (!fresh) memset(s, 0, sizeof *s);
   for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = &hm_page_invalid;
   s->used_slices = 1;   /* slice 0: this header */
   s->size = size;
@@ -55,13 +56,13 @@ static segment_t *segment_new(heap_t *h) {
   pthread_mutex_lock(&cache_lock);
   if (cache) { s = cache; list_remove(&cache, s); cache_count--; }
   pthread_mutex_unlock(&cache_lock);
+  bool fresh = !s;
   if (!s) {
     s = os_map_aligned(SEG_SIZE, SEG_SIZE);
     if (!s) return NULL;
     stat_inc(STAT_SEGMENTS);
   }
-  segment_header_init(s, SEG_SIZE);
-  memset(s->pages, 0, sizeof s->pages);
+  segment_header_init(s, SEG_SIZE, fresh);
   s->heap = h;
   list_push(&h->segments, s);
   segmap_set(s, SEGMAP_NORMAL);
@@ -354,7 +355,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
     if (tail) os_unmap((uint8_t *)s + total, tail);
   }
   if (!s) return NULL;
-  segment_header_init(s, total);
+  segment_header_init(s, total, zero);
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
   s->used_slices = ~0ull;
   page_t *pg = &s->pages[1];
