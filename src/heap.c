@@ -289,14 +289,18 @@ static void heap_done(heap_t *h) {
     pg->flags &= (uint8_t)~PAGE_FULL;
     if (pg->used == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
   }
-  /* 4. what remains is abandoned */
-  segment_purge_due(h, true, NULL);
+  /* 4. empty segments leave; the rest are abandoned, each unlinked from the
+   * heap before it joins the global list (it cannot be on both) */
+  segment_purge_due(h, false, NULL);
   for (segment_t *s = h->segments, *next; s; s = next) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);
-    else segment_abandon(s);
   }
-  h->segments = NULL;
+  while (h->segments) {
+    segment_t *s = h->segments;
+    segment_unlink(h, s);
+    segment_abandon(s);
+  }
 }
 
 static void heap_thread_done(void *arg) {

@@ -195,6 +195,7 @@ bool    segment_huge_cache_purge(bool force);
 bool    segment_purge_due(heap_t *h, bool force, segment_t *watch);
 void    segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
+void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);

@@ -97,6 +97,8 @@ static void segment_purge(segment_t *s, uint64_t mask) {
   s->aged_slices &= ~mask;
 }
 
+void segment_unlink(heap_t *h, segment_t *s) { list_remove(&h->segments, s); }
+
 /* An empty segment leaves its heap: to the cache (purged) or to the OS. */
 void segment_release_empty(heap_t *h, segment_t *s) {
   list_remove(&h->segments, s);
