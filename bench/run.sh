@@ -35,6 +35,7 @@ done
 make -s all
 cc -O2 -Wall bench/random_mixed.c -o "$out/random_mixed"
 cc -O2 -Wall -pthread bench/mt_remote.c -o "$out/mt_remote"
+cc -O2 -Wall -pthread bench/larson.c -o "$out/larson"
 declare -A CMD=(
   [small]="$out/random_mixed 20000000 400 16 2048 1"
   [medium]="$out/random_mixed 10000000 400 4096 32768 1"
@@ -43,8 +44,9 @@ declare -A CMD=(
   [remote0]="$out/mt_remote 2 5000000 400 16 2048 0"
   [remote50]="$out/mt_remote 2 3000000 400 16 2048 50"
   [remote90]="$out/mt_remote 2 3000000 400 16 2048 90"
+  [larson]="$out/larson 4 2 1000 8 1024 20000"
 )
-ORDER="small medium mixed app remote0 remote50 remote90"
+ORDER="small medium mixed app remote0 remote50 remote90 larson"
 BENCH=${BENCH:-$ORDER}
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
