@@ -27,21 +27,27 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
 $(BUILD)/libhakmem.so: $(OBJS)
 	$(CC) -shared -pthread -Wl,-soname,libhakmem.so -Wl,-z,nodelete $(OBJS) -o $@
 
+# The archive holds one object whose internal (hidden) symbols are made local,
+# so a static link exposes only the API and cannot clash with the program's
+# own names (heap_get, options_init, ...).
 $(BUILD)/libhakmem.a: $(OBJS)
-	rm -f $@ && ar rcs $@ $(OBJS)
+	$(LD) -r $(OBJS) -o $(BUILD)/hakmem.o
+	objcopy --localize-hidden $(BUILD)/hakmem.o
+	rm -f $@ && ar rcs $@ $(BUILD)/hakmem.o
 
 $(BUILD)/obj $(BUILD)/tests:
 	mkdir -p $@
 
 # ---- tests ---------------------------------------------------------------
-# Every tests/test_*.c is one program linked against the static library; every
-# tests/test_*.sh is a script test.  tests/run.sh runs them all with time limits.
+# Every tests/test_*.c is one program linked with hakmem's objects (unit tests
+# reach internal symbols); every tests/test_*.sh is a script test.  tests/run.sh
+# runs them all with time limits.
 TEST_SRCS = $(wildcard tests/test_*.c)
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pthread
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libhakmem.a | $(BUILD)/tests
-	$(CC) $(TEST_CFLAGS) $< -o $@ $(BUILD)/libhakmem.a -pthread
+$(BUILD)/tests/%: tests/%.c tests/test.h $(OBJS) | $(BUILD)/tests
+	$(CC) $(TEST_CFLAGS) $< -o $@ $(OBJS) -pthread
 
 test: all $(TEST_BINS)
 	@BUILD=$(BUILD) tests/run.sh

@@ -194,7 +194,8 @@ void *hm_realloc(void *p, size_t n) {
   if (n <= usable && n >= usable / 2) return p;           /* fits, and not wastefully */
   if (pg->cls == CLASS_LARGE && n > MEDIUM_MAX && n <= LARGE_MAX &&
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap) {
-    size_t lead = (size_t)((uintptr_t)pg->start & (SLICE_SIZE - 1));   /* aligned blocks start inside the run */
+    /* an aligned block may start several slices into its run */
+    size_t lead = (size_t)(pg->start - ((uint8_t *)s + (size_t)(pg - s->pages) * SLICE_SIZE));
     if (segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE)) return p;
   }
   if (pg->cls == CLASS_HUGE && n > LARGE_MAX && s->huge_offset == 0) {

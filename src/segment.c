@@ -394,7 +394,6 @@ void segment_huge_free(segment_t *s) {
 
 /* Purge the cached huge blocks whose delay passed (all of them if force). */
 bool segment_huge_cache_purge(bool force) {
-  if (!huge_cache) return false;
   pthread_mutex_lock(&huge_lock);
   segment_t *drop = huge_cache_decay(force ? UINT64_MAX : os_now_ms(), force ? 0 : HUGE_CACHE_BYTES);
   pthread_mutex_unlock(&huge_lock);
