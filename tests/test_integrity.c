@@ -1,6 +1,9 @@
 /* Content integrity over hundreds of thousands of live blocks: every block
- * carries a pattern derived from its slot and size, checked before each free
- * or realloc, through millions of random operations. */
+ * carries a pattern derived from its slot and generation, checked before each
+ * free or realloc, through millions of random operations (malloc, calloc,
+ * posix_memalign, realloc, free, free_sized); then FIFO and LIFO free orders
+ * and interleaved sizes refilling holes.  Deterministic (xorshift, fixed
+ * seed); scaled down when SANITIZED=1. */
 #include "test.h"
 #include "hakmem.h"
 
@@ -22,57 +25,82 @@ static size_t pick_size(size_t slot) {
 
 static unsigned char pat(size_t slot, uint32_t gen, size_t i) { return (unsigned char)(slot * 131 + gen * 7 + i * 13); }
 
-/* Write (or check) the pattern at the start, the end and a few strides in
- * between; when checking, only positions below limit (what a realloc kept). */
+/* Write (check == 0), check (1) the pattern, or check for zeros (2) at the
+ * start, the end and a few strides in between; when checking, only positions
+ * below limit (what a realloc kept). */
 static int touch_upto(blk_t *b, size_t slot, int check, size_t limit) {
   size_t n = b->n, step = n > 128 ? 509 : 1;
   for (size_t i = 0; i < n && i < limit; i += (i < 64 || n - i <= 64) ? 1 : step) {
-    if (check) { if (b->p[i] != pat(slot, b->gen, i)) return 0; }
+    if (check == 1) { if (b->p[i] != pat(slot, b->gen, i)) return 0; }
+    else if (check == 2) { if (b->p[i] != 0) return 0; }
     else b->p[i] = pat(slot, b->gen, i);
   }
   return 1;
 }
 static int touch(blk_t *b, size_t slot, int check) { return touch_upto(b, slot, check, SIZE_MAX); }
 
+enum { BAD_CONTENT = 1, BAD_ZERO = 2, BAD_ALIGN = 3, BAD_REALLOC = 4, NO_MEMORY = -1 };
+
+/* A new block for slot i, by one of the allocation functions. */
+static int fresh(blk_t *b, size_t i, unsigned how) {
+  b->n = pick_size(i);
+  b->gen++;
+  if (how == 1) {                                   /* calloc: zero */
+    b->p = hakmem_calloc(1, b->n);
+    if (b->p && !touch(b, i, 2)) return BAD_ZERO;
+  } else if (how == 2) {                            /* aligned */
+    size_t a = (size_t)32 << (rnd() % 8);
+    void *p = NULL;
+    if (hakmem_posix_memalign(&p, a, b->n)) p = NULL;
+    b->p = p;
+    if (p && ((uintptr_t)p & (a - 1))) return BAD_ALIGN;
+  } else {
+    b->p = hakmem_malloc(b->n);
+  }
+  if (!b->p) return NO_MEMORY;
+  touch(b, i, 0);
+  return 0;
+}
+
 static int run(size_t live, long ops) {
   blk_t *v = hakmem_calloc(live, sizeof *v);
   int bad = 0;
-  for (size_t i = 0; i < live; i++) {
-    v[i].n = pick_size(i);
-    v[i].p = hakmem_malloc(v[i].n);
-    if (!v[i].p) return -1;
-    touch(&v[i], i, 0);
-  }
+  if (!v) return NO_MEMORY;
+  for (size_t i = 0; i < live && !bad; i++) bad = fresh(&v[i], i, i % 3 ? 0 : (unsigned)(i / 3) % 3);
   for (long k = 0; k < ops && !bad; k++) {
     uint64_t x = rnd();
     size_t i = (size_t)(x % live);
-    if (!touch(&v[i], i, 1)) { bad = 1; break; }
-    switch ((x >> 32) % 4) {
+    if (!touch(&v[i], i, 1)) { bad = BAD_CONTENT; break; }
+    switch ((x >> 32) % 8) {
     case 0: case 1:                      /* free and allocate anew */
       hakmem_free(v[i].p);
-      v[i].n = pick_size(i);
-      v[i].p = hakmem_malloc(v[i].n);
-      v[i].gen++;
-      if (!v[i].p) return -1;
-      touch(&v[i], i, 0);
+      bad = fresh(&v[i], i, 0);
       break;
-    case 2: {                            /* realloc: the common prefix survives */
+    case 2:                              /* sized free, calloc */
+      hakmem_free_sized(v[i].p, v[i].n);
+      bad = fresh(&v[i], i, 1);
+      break;
+    case 3:                              /* free, aligned allocation */
+      hakmem_free(v[i].p);
+      bad = fresh(&v[i], i, 2);
+      break;
+    case 4: case 5: {                    /* realloc: the common prefix survives */
       size_t n = pick_size(i), keep = n < v[i].n ? n : v[i].n;
       unsigned char *q = hakmem_realloc(v[i].p, n);
-      if (!q) return -1;
+      if (!q) { bad = NO_MEMORY; break; }
       v[i].p = q;
-      if (!touch_upto(&v[i], i, 1, keep)) { bad = 1; break; }
+      if (!touch_upto(&v[i], i, 1, keep)) { bad = BAD_REALLOC; break; }
       v[i].n = n;
       v[i].gen++;
       touch(&v[i], i, 0);
       break;
     }
     default:                             /* leave it, check a neighbour */
-      if (!touch(&v[(i + 1) % live], (i + 1) % live, 1)) bad = 1;
+      if (!touch(&v[(i + 1) % live], (i + 1) % live, 1)) bad = BAD_CONTENT;
     }
   }
   for (size_t i = 0; i < live; i++) {
-    if (!bad && !touch(&v[i], i, 1)) bad = 1;
+    if (!bad && v[i].p && !touch(&v[i], i, 1)) bad = BAD_CONTENT;
     hakmem_free(v[i].p);
   }
   hakmem_free(v);
@@ -83,7 +111,11 @@ TEST(random_churn_300k_live) {
   size_t live = test_sanitized() ? 50000 : 300000;
   long ops = test_sanitized() ? 300000 : 3000000;
   int r = run(live, ops);
-  CHECKF(r == 0, r < 0 ? "allocation failed" : "a block's content changed while it was live");
+  CHECKF(r == 0, "%s", r == NO_MEMORY ? "an allocation failed"
+         : r == BAD_ZERO ? "calloc memory was not zero"
+         : r == BAD_ALIGN ? "posix_memalign returned a misaligned block"
+         : r == BAD_REALLOC ? "realloc lost the content of the kept prefix"
+         : "a block's content changed while it was live");
 }
 
 TEST(lifo_and_fifo_free_orders) {

@@ -1,25 +1,61 @@
 #!/usr/bin/env bash
-# The shared library exports the whole allocation API and needs only libc.
+# The shared library exports the whole C and C++ allocation API and the
+# hakmem_* names, nothing internal, and needs only libc; the static library
+# defines no global symbol outside those names (an application linking
+# build/libhakmem.a may have its own page_init or os_map).
 set -u
 BUILD=${BUILD:-build}
 so=$BUILD/libhakmem.so
-syms=$(nm -D --defined-only "$so" | awk '{print $3}')
-missing=()
-for s in malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc \
-         malloc_usable_size cfree malloc_trim free_sized free_aligned_sized \
-         __libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign \
-         _Znwm _Znam _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t \
-         _ZnwmSt11align_val_t _ZnamSt11align_val_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t \
-         _ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t _ZnwmSt11align_val_tRKSt9nothrow_t \
-         _ZnamSt11align_val_tRKSt9nothrow_t _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t \
-         _ZdlPvSt11align_val_tRKSt9nothrow_t _ZdaPvSt11align_val_tRKSt9nothrow_t \
-         hakmem_malloc hakmem_free hakmem_calloc hakmem_realloc hakmem_reallocarray hakmem_posix_memalign \
-         hakmem_aligned_alloc hakmem_memalign hakmem_valloc hakmem_pvalloc hakmem_malloc_usable_size \
-         hakmem_free_sized hakmem_free_aligned_sized hakmem_malloc_trim; do
-  grep -qx "$s" <<<"$syms" || missing+=("$s")
+ar=$BUILD/libhakmem.a
+for tool in nm readelf; do
+  if ! command -v $tool >/dev/null; then echo "ok - linkage:tools # SKIP $tool (binutils) not installed"; exit 0; fi
 done
-if [ ${#missing[@]} -eq 0 ]; then echo "ok - linkage:exports"; else echo "not ok - linkage:exports: missing ${missing[*]}"; fi
-needed=$(readelf -d "$so" | awk '/NEEDED/ {gsub(/[\[\]]/, "", $5); print $5}' | grep -vE '^(libc\.so\.6|libpthread\.so\.0|ld-linux.*)$')
-if [ -z "$needed" ]; then echo "ok - linkage:needs_only_libc"; else echo "not ok - linkage:needs_only_libc: also needs $needed"; fi
-internal=$(grep -vE '^(hakmem_|_Z|__libc_|malloc|free|calloc|realloc|reallocarray|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|cfree|_init|_fini|free_sized|free_aligned_sized)' <<<"$syms" | head -5)
-if [ -z "$internal" ]; then echo "ok - linkage:no_internal_exports"; else echo "not ok - linkage:no_internal_exports: $internal"; fi
+if [ ! -f "$so" ]; then echo "not ok - linkage:exports: $so missing"; exit 1; fi
+
+public_c="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
+  malloc_usable_size cfree malloc_trim free_sized free_aligned_sized"
+public_cxx="_Znwm _Znam _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t
+  _ZnwmSt11align_val_t _ZnamSt11align_val_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
+  _ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t _ZnwmSt11align_val_tRKSt9nothrow_t
+  _ZnamSt11align_val_tRKSt9nothrow_t _ZdlPvRKSt9nothrow_t _ZdaPvRKSt9nothrow_t
+  _ZdlPvSt11align_val_tRKSt9nothrow_t _ZdaPvSt11align_val_tRKSt9nothrow_t"
+public_hakmem="hakmem_malloc hakmem_free hakmem_calloc hakmem_realloc hakmem_reallocarray hakmem_posix_memalign
+  hakmem_aligned_alloc hakmem_memalign hakmem_valloc hakmem_pvalloc hakmem_malloc_usable_size
+  hakmem_free_sized hakmem_free_aligned_sized hakmem_malloc_trim"
+public_libc_aliases="__libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign"
+
+syms=$(nm -D --defined-only "$so" | awk 'NF >= 3 && $2 ~ /^[TWiVD]$/ {print $3}')
+check_exports() {  # name, symbols...
+  local name=$1; shift
+  local missing=()
+  for s in "$@"; do grep -qx "$s" <<<"$syms" || missing+=("$s"); done
+  if [ ${#missing[@]} -eq 0 ]; then echo "ok - linkage:exports_$name ($# symbols)"
+  else echo "not ok - linkage:exports_$name: missing ${missing[*]}"; fi
+}
+# shellcheck disable=SC2086
+check_exports c $public_c
+# shellcheck disable=SC2086
+check_exports cxx $public_cxx
+# shellcheck disable=SC2086
+check_exports hakmem $public_hakmem
+# shellcheck disable=SC2086
+check_exports libc_aliases $public_libc_aliases
+
+allowed='^(hakmem_[a-z_]+|__libc_[a-z_]+|_Zn[wa]m.*|_Zd[la]Pv.*|malloc|free|calloc|realloc|reallocarray|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|malloc_usable_size|cfree|malloc_trim|free_sized|free_aligned_sized|_init|_fini)$'
+internal=$(nm -D --defined-only "$so" | awk 'NF >= 3 {print $3}' | grep -vE "$allowed")
+if [ -z "$internal" ]; then echo "ok - linkage:no_internal_exports"
+else echo "not ok - linkage:no_internal_exports: $(echo $internal | cut -c1-300)"; fi
+
+needed=$(readelf -d "$so" | awk '/\(NEEDED\)/ {gsub(/[\[\]]/, "", $5); print $5}')
+other=$(grep -vE '^(libc\.so\.6|libpthread\.so\.0|ld-linux.*\.so\.[0-9]+)$' <<<"$needed")
+if [ -n "$needed" ] && [ -z "$other" ]; then echo "ok - linkage:needs_only_libc ($(echo $needed))"
+else echo "not ok - linkage:needs_only_libc: NEEDED is: $(echo $needed)"; fi
+
+if [ -f "$ar" ]; then
+  # Internal names of the static library must be prefixed (hm_/hakmem_/_hm):
+  # a global "page_init" or "os_map" clashes with an application's own.
+  clash=$(nm -g --defined-only "$ar" 2>/dev/null | awk 'NF == 3 {print $3}' | sort -u |
+          grep -vE "$allowed" | grep -vE '^(hm_|_hm|hakmem_|__hakmem)')
+  if [ -z "$clash" ]; then echo "ok - linkage:static_lib_namespace"
+  else echo "not ok - linkage:static_lib_namespace: $(wc -w <<<"$clash") unprefixed global symbols in $ar, e.g. $(echo $clash | cut -d' ' -f1-8)"; fi
+fi
