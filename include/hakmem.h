@@ -32,6 +32,43 @@ void   hakmem_free_aligned_sized(void *p, size_t alignment, size_t size);
 /* Return free memory to the OS now; 1 if anything was released. */
 int    hakmem_malloc_trim(size_t pad);
 
+/* ---- statistics -------------------------------------------------------------
+ * A snapshot of the whole process (every thread's memory), taken by walking
+ * hakmem's segments: cheap enough to call now and then, not per allocation.
+ * Blocks other threads are allocating or freeing meanwhile may be off by a few.
+ * The fields marked (stats) are counted only when HAKMEM_STATS=1, else 0. */
+typedef struct hakmem_stats_s {
+  size_t in_use;          /* bytes in blocks handed out and not yet freed (block sizes) */
+  size_t committed;       /* bytes of hakmem's memory that may be resident */
+  size_t mapped;          /* bytes of address space mapped from the OS */
+  size_t peak_mapped;     /* the highest value mapped has had */
+  size_t cached;          /* of mapped: empty segments and freed big blocks kept for reuse */
+  size_t purged;          /* bytes returned to the OS (madvise) since start */
+  size_t segments;        /* 4 MiB segments mapped */
+  size_t huge_blocks;     /* live blocks above 2 MiB (each has its own mapping) */
+  size_t threads;         /* threads that have a heap */
+  size_t mmap_calls, munmap_calls, madvise_calls, mremap_calls;
+  size_t mallocs, frees;  /* (stats) allocations and frees since start */
+  size_t requested;       /* (stats) bytes requested since start */
+  size_t remote_frees;    /* (stats) frees of blocks another thread allocated */
+} hakmem_stats_t;
+void hakmem_stats_get(hakmem_stats_t *out);
+
+/* Per size class: k = 0 .. hakmem_stats_class returns -1 past the last one;
+ * the last two are "large" (up to 2 MiB) and "huge" blocks (block_size 0). */
+typedef struct hakmem_class_stats_s {
+  size_t block_size;      /* bytes per block */
+  size_t pages;           /* pages serving the class */
+  size_t in_use;          /* blocks handed out and not yet freed */
+  size_t capacity;        /* blocks carved in those pages */
+  size_t mallocs, frees;  /* (stats) since start */
+  size_t peak;            /* (stats) most blocks in use at once */
+} hakmem_class_stats_t;
+int  hakmem_stats_class(unsigned k, hakmem_class_stats_t *out);
+
+/* The report HAKMEM_STATS=1 prints at exit (and malloc_stats() to stderr). */
+void hakmem_stats_print(int fd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -48,6 +48,7 @@ HM_COLD void hm_free_slow(void *p) {
   if (!p) return;
   segment_t *s;
   page_t *pg = lookup(p, &s, "free");
+  if (unlikely(hm_slow_mode)) stats_count_free(pg);
   if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
   heap_t *h = hm_tls_heap;
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
@@ -58,6 +59,7 @@ HM_COLD void hm_free_slow(void *p) {
     if (h == &hm_heap_empty) h = heap_get();
     if (h && segment_try_reclaim(h, s)) { heap_free_local(h, pg, (block_t *)p); return; }
   }
+  if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_SENT);
   page_free_remote(pg, (block_t *)p);
 }
 
@@ -144,43 +146,6 @@ void *hm_pvalloc(size_t n) {
   return aligned_alloc_impl(OS_PAGE, n);
 }
 
-/* Grow or shrink a huge block with mremap.  The block must stay in the first
- * chunk of a SEG_SIZE-aligned mapping, so a move goes to a freshly reserved
- * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
-static void *huge_realloc(segment_t *s, page_t *pg, size_t n) {
-  size_t off = (size_t)(pg->start - (uint8_t *)s);
-  /* Growth reserves 50 % extra address space (untouched, so it costs no
-   * memory) so that a buffer grown step by step remaps rarely. */
-  if (n > pg->block_size && n - pg->block_size < pg->block_size / 2 && pg->block_size / 2 <= ALLOC_MAX - n)
-    n = pg->block_size + pg->block_size / 2;
-  size_t usable = (n + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
-  size_t total = off + usable;
-  if (usable == pg->block_size) return pg->start;
-  if (usable < pg->block_size) {
-    os_resize_in_place(s, s->size, total);                 /* shrinking never fails */
-  } else if (!os_resize_in_place(s, s->size, total)) {
-    void *dst = os_map_aligned(total, SEG_SIZE);
-    if (!dst) return NULL;
-    atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], 0, memory_order_release);
-    segment_t *ns = os_remap(s, s->size, total, dst);
-    if (!ns) {
-      os_unmap(dst, total);
-      atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], SEGMAP_HUGE, memory_order_release);
-      return NULL;
-    }
-    s = ns;
-    pg = &s->pages[1];
-    for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
-    atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], SEGMAP_HUGE, memory_order_release);
-  }
-  s->size = total;
-  pg->start = (uint8_t *)s + off;
-  pg->block_size = usable;
-  page_set_area(pg, usable);
-  pg->magic = UINT64_MAX / usable + 1;
-  return pg->start;
-}
-
 void *hm_realloc(void *p, size_t n) {
   if (!p) return hm_malloc_fast(n);
   if (n == 0) { hm_free_fast(p); return NULL; }   /* glibc frees and returns NULL */
@@ -199,7 +164,7 @@ void *hm_realloc(void *p, size_t n) {
     if (segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE)) return p;
   }
   if (pg->cls == CLASS_HUGE && n > LARGE_MAX && s->huge_offset == 0) {
-    void *q = huge_realloc(s, pg, n);
+    void *q = segment_huge_resize(s, pg, n);
     if (q) return q;
   }
   /* A big block that must move to grow gets 50 % headroom, so a buffer grown

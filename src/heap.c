@@ -14,7 +14,8 @@
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
-heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &hm_page_empty } };
+heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &hm_page_empty },
+                         .medium = { [0 ... CLASSES - 1] = &hm_page_empty } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -28,12 +29,15 @@ static _Atomic int atfork_registered;
 /* Large pages hold one block and live on the full list; only class pages queue. */
 static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
 
-/* Point direct[] at the first page of class c (or the empty page). */
+/* Point direct[] (or medium[]) at the first page of class c (or the empty
+ * page).  In slow mode they stay empty: every malloc then takes the slow
+ * path, where it is counted or checked, and the fast path pays nothing. */
 static void direct_update(heap_t *h, size_t c) {
-  size_t top = class_size(c);
-  if (top > SMALL_MAX) return;
-  size_t lo = c == 0 ? 0 : class_size(c - 1) / 16 + 1;
+  if (hm_slow_mode) return;
   page_t *pg = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
+  size_t top = class_size(c);
+  if (top > SMALL_MAX) { h->medium[c] = pg; return; }
+  size_t lo = c == 0 ? 0 : class_size(c - 1) / 16 + 1;
   for (size_t i = lo; i <= top / 16; i++) h->direct[i] = pg;
 }
 
@@ -132,6 +136,10 @@ static page_t *find_page(heap_t *h, size_t c) {
 }
 
 static void *heap_malloc_class(heap_t *h, size_t c) {
+  if (unlikely(hm_slow_mode)) {
+    page_t *cur = h->queue[c].first;
+    stat_os(cur && cur->free ? STAT_HITS : STAT_REFILLS);
+  }
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
   page_t *pg = find_page(h, c);
   if (!pg) return enomem();
@@ -174,8 +182,9 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
 
 void *heap_malloc_slow(heap_t *h, size_t n) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
-  if (n > MEDIUM_MAX) return heap_malloc_big(h, n, 0);
-  return heap_malloc_class(h, size_class(n));
+  void *p = n > MEDIUM_MAX ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, size_class(n));
+  if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
+  return p;
 }
 
 /* align is a power of two > 16.  Blocks of a class whose size is a multiple of
@@ -183,12 +192,15 @@ void *heap_malloc_slow(heap_t *h, size_t n) {
  * cost no more than rounding the size up. */
 void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
+  void *p = NULL;
   if (n <= MEDIUM_MAX && align <= MAX_ALIGN_IN_CLASS) {
     size_t c = size_class(n);
     while (c < CLASSES && class_size(c) % align) c++;
-    if (c < CLASSES) return heap_malloc_class(h, c);
+    if (c < CLASSES) p = heap_malloc_class(h, c);
   }
-  return heap_malloc_big(h, n, align);
+  if (!p) p = heap_malloc_big(h, n, align);
+  if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
+  return p;
 }
 
 /* ---- frees handed over by other threads ----------------------------------- */
@@ -209,8 +221,9 @@ void heap_collect_delayed(heap_t *h) {
     uintptr_t next = ((block_t *)b)->next;
     page_t *pg = page_of(segment_of((void *)b), (void *)b);
     page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
+    if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_RECEIVED);
     if (atomic_load_explicit(&pg->heap, memory_order_relaxed) == h) heap_free_local(h, pg, (block_t *)b);
-    else hm_free_slow((void *)b);
+    else page_free_remote(pg, (block_t *)b);   /* (not expected: h still owns its parked pages) */
     b = next;
   }
 }
@@ -259,6 +272,7 @@ heap_t *heap_get(void) {
   memset(h, 0, sizeof *h);
   h->next_all = keep_next;
   for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hm_page_empty;
+  for (size_t c = 0; c < CLASSES; c++) h->medium[c] = &hm_page_empty;
   h->rand = os_random() | 1;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   hm_tls_heap = h;                   /* before anything below may allocate */

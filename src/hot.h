@@ -1,6 +1,7 @@
 /* hot.h — the fast paths of malloc and free, everything else is a call away.
  *
- * malloc(n), n <= 1 KiB:  page = heap->direct[(n+15)/16]; pop page->free.
+ * malloc(n), n <= 1 KiB:  page = heap->direct[(n+15)/16]; pop page->free
+ *                          (bigger classes: heap->medium[class]).
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
  *                          map), page = segment->slice_page[slice of p]; if this
  *                          thread owns the page and p is a block start that
@@ -27,8 +28,7 @@ HM_INLINE void *hm_malloc_fast(size_t n) {
     pg = h->direct[(n + 15) >> 4];
   } else {
     if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n);
-    pg = h->queue[size_class(n)].first;
-    if (unlikely(pg == NULL)) return heap_malloc_slow(h, n);
+    pg = h->medium[size_class(n)];
   }
   if (likely(pg->free != 0)) return hm_page_pop(pg);
   return heap_malloc_slow(h, n);

@@ -77,7 +77,7 @@ struct segment_s;
 
 /* Page flags: any set bit sends free() off the fast path. */
 #define PAGE_FULL     1   /* parked on the heap's full list */
-#define PAGE_ALIGNED  2   /* holds blocks returned at an offset by memalign */
+#define PAGE_SLOW     2   /* stats or secure mode: every free is counted or checked */
 
 /* thread_free low bits: what a remote free must do besides pushing. */
 #define TF_NORMAL     0   /* just push onto thread_free */
@@ -114,6 +114,7 @@ static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key;
 
 /* ---- segments ------------------------------------------------------------ */
 typedef struct segment_s {
+  struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   page_t *slice_page[SLICES];    /* slice -> page descriptor (NULL when free) */
   uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
   uint64_t dirty_slices;         /* free slices that may still be resident */
@@ -154,6 +155,7 @@ typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
 typedef struct heap_s {
   page_t *direct[DIRECT_SLOTS];  /* (n+15)>>4 -> page to allocate n bytes from */
+  page_t *medium[CLASSES];       /* class -> page to allocate from, for sizes > SMALL_MAX */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
@@ -191,6 +193,7 @@ void    segment_page_free(page_t *pg);
 bool    segment_large_resize(page_t *pg, size_t slices);
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
 void    segment_huge_free(segment_t *s);
+void   *segment_huge_resize(segment_t *s, page_t *pg, size_t n);   /* NULL: could not, block intact */
 bool    segment_huge_cache_purge(bool force);
 bool    segment_purge_due(heap_t *h, bool force, segment_t *watch);
 void    segment_abandon(segment_t *s);

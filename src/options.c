@@ -11,6 +11,8 @@
 #include <stdlib.h>
 
 options_t hm_options;
+bool hm_slow_mode;
+uint8_t hm_page_flags;
 
 static const struct option_def {
   const char *name;
@@ -22,8 +24,10 @@ static const struct option_def {
     "milliseconds a free page stays resident before its memory is returned to the OS" },
   { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024,
     "empty 4 MiB segments kept mapped (and purged) for reuse before unmapping" },
+  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20,
+    "MiB of freed blocks above 2 MiB kept mapped for reuse (purged after the delay)" },
   { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1,
-    "1: print a statistics report to stderr at exit" },
+    "1: count every allocation and print a statistics report to stderr at exit" },
 };
 
 void options_init(void) {
@@ -43,4 +47,6 @@ void options_init(void) {
     *o->value = v;
   }
   if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+  hm_slow_mode = hm_options.stats != 0;
+  hm_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
 }

@@ -1,13 +1,20 @@
 /* options.h — the HAKMEM_* settings, read once at start-up (options.c). */
 #ifndef HAKMEM_OPTIONS_H
 #define HAKMEM_OPTIONS_H
+#include <stdbool.h>
+#include <stdint.h>
 
 typedef struct options_s {
   long purge_delay_ms;   /* HAKMEM_PURGE_DELAY_MS */
   long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
+  long huge_cache_mb;    /* HAKMEM_HUGE_CACHE_MB */
   long stats;            /* HAKMEM_STATS */
 } options_t;
 
 extern options_t hm_options;
+/* Slow mode (stats on): malloc and free skip their fast paths so each call can
+ * be counted; pages carry PAGE_SLOW (hm_page_flags) to send free() there. */
+extern bool hm_slow_mode;
+extern uint8_t hm_page_flags;
 void options_init(void);
 #endif

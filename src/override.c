@@ -3,6 +3,7 @@
  * Built unless HAKMEM_NO_OVERRIDE (sanitizer builds keep the libc malloc). */
 #ifndef HAKMEM_NO_OVERRIDE
 #include "hot.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -25,6 +26,10 @@ API size_t malloc_usable_size(void *p) { return hm_malloc_usable_size(p); }
 API int malloc_trim(size_t pad) { return hm_malloc_trim(pad); }
 API void free_sized(void *p, size_t size) { hm_free_sized(p, size); }
 API void free_aligned_sized(void *p, size_t align, size_t size) { hm_free_aligned_sized(p, align, size); }
+API struct mallinfo2 mallinfo2(void) { return hm_mallinfo2(); }
+API struct mallinfo mallinfo(void) { return hm_mallinfo(); }
+API void malloc_stats(void) { hm_malloc_stats(); }
+API int malloc_info(int options, FILE *fp) { return hm_malloc_info(options, fp); }
 
 /* glibc's own entry points, for code that calls them by name. */
 API void *__libc_malloc(size_t n) { return hm_malloc_fast(n); }

@@ -7,6 +7,8 @@
  * word in freed memory then almost never decodes into the page, which lets
  * free() spot a probable double free with two compares. */
 #include "internal.h"
+#include "options.h"
+#include "stats.h"
 
 #include <sched.h>
 
@@ -20,7 +22,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   page_set_area(pg, 0);
   pg->free = 0;
   pg->used = 0;
-  pg->flags = 0;
+  pg->flags = hm_page_flags;
   pg->cls = cls;
   pg->magic = UINT64_MAX / block_size + 1;
   h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
@@ -71,6 +73,7 @@ void page_collect(page_t *pg) {
   ((block_t *)tail)->next = enc(pg, pg->free);
   pg->free = head;
   pg->used -= n;
+  if (unlikely(hm_slow_mode)) stat_count(STAT_REMOTE_RECEIVED, n);
 }
 
 /* Is block b on one of the page's free lists?  Only the owner may ask; this is

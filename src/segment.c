@@ -27,6 +27,31 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *cache;                     /* empty, purged segments */
 static size_t cache_count;
 
+/* Every mapped segment (normal or huge, in use or cached) is registered, so a
+ * census (mallinfo2, the stats report) can walk them.  Unmapping and moving
+ * take the registry lock: the census never reads a header that goes away. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static segment_t *registry;
+
+static void registry_add(segment_t *s) {
+  pthread_mutex_lock(&registry_lock);
+  s->all_prev = NULL;
+  s->all_next = registry;
+  if (registry) registry->all_prev = s;
+  registry = s;
+  pthread_mutex_unlock(&registry_lock);
+}
+static void registry_remove(segment_t *s) {
+  if (s->all_prev) s->all_prev->all_next = s->all_next; else registry = s->all_next;
+  if (s->all_next) s->all_next->all_prev = s->all_prev;
+}
+static void segment_unmap(segment_t *s) {
+  pthread_mutex_lock(&registry_lock);
+  registry_remove(s);
+  os_unmap(s, s->size);
+  pthread_mutex_unlock(&registry_lock);
+}
+
 static void segmap_set(segment_t *s, uint8_t v) {
   atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], v, memory_order_release);
 }
@@ -43,9 +68,10 @@ static void list_remove(segment_t **head, segment_t *s) {
   s->next = s->prev = NULL;
 }
 
-/* fresh: the memory comes straight from mmap and is already zero. */
+/* fresh: the memory comes straight from mmap and is already zero.  The
+ * registry links stay as they are (a census may be following them). */
 static void segment_header_init(segment_t *s, size_t size, bool fresh) {
-  if (!fresh) memset(s, 0, sizeof *s);
+  if (!fresh) memset(&s->slice_page, 0, sizeof *s - offsetof(segment_t, slice_page));
   for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = &hm_page_invalid;
   s->used_slices = 1;   /* slice 0: this header */
   s->size = size;
@@ -63,6 +89,7 @@ static segment_t *segment_new(heap_t *h) {
     stat_inc(STAT_SEGMENTS);
   }
   segment_header_init(s, SEG_SIZE, fresh);
+  if (fresh) registry_add(s);
   s->heap = h;
   list_push(&h->segments, s);
   segmap_set(s, SEGMAP_NORMAL);
@@ -112,7 +139,7 @@ void segment_release_empty(heap_t *h, segment_t *s) {
     s = NULL;
   }
   pthread_mutex_unlock(&cache_lock);
-  if (s) { stat_dec(STAT_SEGMENTS); os_unmap(s, SEG_SIZE); }
+  if (s) { stat_dec(STAT_SEGMENTS); segment_unmap(s); }
 }
 
 bool segment_cache_trim(void) {
@@ -124,7 +151,7 @@ bool segment_cache_trim(void) {
   while (list) {
     segment_t *next = list->next;
     stat_dec(STAT_SEGMENTS);
-    os_unmap(list, SEG_SIZE);
+    segment_unmap(list);
     list = next;
   }
   return any;
@@ -277,7 +304,7 @@ bool segment_purge_due(heap_t *h, bool force, segment_t *watch) {
  * resident for one purge delay, then purged; the oldest are unmapped first.
  * Without this, a program that repeatedly builds big buffers page-faults all
  * of them in again each time. */
-#define HUGE_CACHE_BYTES ((size_t)256 << 20)
+#define HUGE_CACHE_BYTES ((size_t)hm_options.huge_cache_mb << 20)
 static pthread_mutex_t huge_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *huge_cache;          /* newest first */
 static size_t huge_cache_bytes;
@@ -310,7 +337,7 @@ static void unmap_list(segment_t *s) {
   while (s) {
     segment_t *next = s->next;
     stat_dec(STAT_HUGE_CACHED);
-    os_unmap(s, s->size);
+    segment_unmap(s);
     s = next;
   }
 }
@@ -340,9 +367,10 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   if (usable < size || usable > SIZE_MAX - off - align) return NULL;
   size_t total = off + usable;
   segment_t *s;
-  bool zero = true;
+  bool zero = true, fresh = true;
   if (align <= SLICE_SIZE && (s = huge_cache_take(total)) != NULL) {
     zero = s->purge_ms == 0;           /* purged memory reads as zero */
+    fresh = false;
     total = s->size;
     usable = total - off;
   } else if (align < SEG_SIZE) {
@@ -357,7 +385,8 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
     if (tail) os_unmap((uint8_t *)s + total, tail);
   }
   if (!s) return NULL;
-  segment_header_init(s, total, zero);
+  segment_header_init(s, total, fresh);
+  if (fresh) registry_add(s);
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
   s->used_slices = ~0ull;
   page_t *pg = &s->pages[1];
@@ -379,7 +408,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
 void segment_huge_free(segment_t *s) {
   segmap_set(s, 0);
   stat_dec(STAT_HUGE);
-  if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4) { os_unmap(s, s->size); return; }
+  if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4) { segment_unmap(s); return; }
   uint64_t now = os_now_ms();
   stat_inc(STAT_HUGE_CACHED);
   pthread_mutex_lock(&huge_lock);
@@ -392,6 +421,49 @@ void segment_huge_free(segment_t *s) {
   unmap_list(drop);
 }
 
+/* Grow or shrink a huge block with mremap.  The block must stay in the first
+ * chunk of a SEG_SIZE-aligned mapping, so a move goes to a freshly reserved
+ * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
+void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
+  size_t off = (size_t)(pg->start - (uint8_t *)s);
+  /* Growth reserves 50 % extra address space (untouched, so it costs no
+   * memory) so that a buffer grown step by step remaps rarely. */
+  if (n > pg->block_size && n - pg->block_size < pg->block_size / 2 && pg->block_size / 2 <= ALLOC_MAX - n)
+    n = pg->block_size + pg->block_size / 2;
+  size_t usable = (n + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+  size_t total = off + usable;
+  if (usable == pg->block_size) return pg->start;
+  if (usable < pg->block_size) {
+    os_resize_in_place(s, s->size, total);                 /* shrinking never fails */
+  } else if (!os_resize_in_place(s, s->size, total)) {
+    void *dst = os_map_aligned(total, SEG_SIZE);
+    if (!dst) return NULL;
+    pthread_mutex_lock(&registry_lock);
+    segmap_set(s, 0);
+    segment_t *ns = os_remap(s, s->size, total, dst);
+    if (!ns) {
+      os_unmap(dst, total);
+      segmap_set(s, SEGMAP_HUGE);
+      pthread_mutex_unlock(&registry_lock);
+      return NULL;
+    }
+    /* the header moved with the pages: repoint the registry at it */
+    if (ns->all_prev) ns->all_prev->all_next = ns; else registry = ns;
+    if (ns->all_next) ns->all_next->all_prev = ns;
+    s = ns;
+    pg = &s->pages[1];
+    for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
+    segmap_set(s, SEGMAP_HUGE);
+    pthread_mutex_unlock(&registry_lock);
+  }
+  s->size = total;
+  pg->start = (uint8_t *)s + off;
+  pg->block_size = usable;
+  page_set_area(pg, usable);
+  pg->magic = UINT64_MAX / usable + 1;
+  return pg->start;
+}
+
 /* Purge the cached huge blocks whose delay passed (all of them if force). */
 bool segment_huge_cache_purge(bool force) {
   pthread_mutex_lock(&huge_lock);
@@ -400,6 +472,57 @@ bool segment_huge_cache_purge(bool force) {
   bool any = drop != NULL;
   unmap_list(drop);
   return any;
+}
+
+/* ---- census ------------------------------------------------------------- */
+
+/* A snapshot of every mapped segment: blocks in use per class, and how much
+ * of the memory may be resident.  Other threads keep allocating while we read
+ * their page descriptors, so the figures are approximate by a few blocks
+ * (deliberately unsynchronised reads; the registry lock keeps every header
+ * mapped).  Committed counts carved page memory, free slices not yet purged,
+ * segment headers and unpurged huge mappings. */
+__attribute__((no_sanitize("thread")))
+void segment_census(census_t *c) {
+  memset(c, 0, sizeof *c);
+  size_t header = (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+  pthread_mutex_lock(&registry_lock);
+  for (segment_t *s = registry; s; s = s->all_next) {
+    uint8_t kind = atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed);
+    c->mapped += s->size;
+    if (s->pages[1].cls == CLASS_HUGE) {                    /* a huge mapping */
+      if (kind) {
+        c->cls[CLASS_HUGE].pages++;
+        c->cls[CLASS_HUGE].used++;
+        c->cls[CLASS_HUGE].capacity++;
+        c->in_use += s->pages[1].block_size;
+        c->huge_bytes += s->pages[1].block_size;
+        c->huge_mapped += s->size;
+        c->committed += s->size;
+      } else {
+        c->cached += s->size;
+        c->committed += s->purge_ms ? s->size : header;
+        c->purgeable += s->purge_ms ? s->size - SLICE_SIZE : 0;
+      }
+      continue;
+    }
+    c->segments++;
+    c->committed += header;
+    if (!kind) { c->cached += s->size; continue; }          /* empty, in the cache */
+    for (size_t i = 1; i < SLICES; i++) {
+      page_t *pg = s->slice_page[i];
+      if (pg != &s->pages[i] || pg->cls > CLASS_LARGE) continue;   /* not a page's first slice */
+      c->cls[pg->cls].pages++;
+      c->cls[pg->cls].used += pg->used;
+      c->cls[pg->cls].capacity += pg->capacity;
+      c->in_use += (uint64_t)pg->used * pg->block_size;
+      c->committed += (page_area(pg) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+    }
+    uint64_t dirty = (uint64_t)__builtin_popcountll(s->dirty_slices & ~s->used_slices) * SLICE_SIZE;
+    c->committed += dirty;
+    c->purgeable += dirty;
+  }
+  pthread_mutex_unlock(&registry_lock);
 }
 
 /* ---- abandonment --------------------------------------------------------- */
@@ -428,7 +551,7 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
   for (size_t i = 1; i < SLICES; i++) {
     page_t *pg = &s->pages[i];
     if (s->slice_page[i] != pg) continue;
-    pg->flags = 0;
+    pg->flags = hm_page_flags;
     atomic_store_explicit(&pg->heap, h, memory_order_release);
     page_collect(pg);
     if (pg->used == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
@@ -467,6 +590,7 @@ segment_t *segment_reclaim_any(heap_t *h) {
 /* fork: hold the global locks across fork so the child never inherits them
  * mid-update; the child starts with fresh, unlocked mutexes. */
 void segment_fork_prepare(void) {
+  pthread_mutex_lock(&registry_lock);
   pthread_mutex_lock(&abandoned_lock);
   pthread_mutex_lock(&cache_lock);
   pthread_mutex_lock(&huge_lock);
@@ -475,9 +599,11 @@ void segment_fork_parent(void) {
   pthread_mutex_unlock(&huge_lock);
   pthread_mutex_unlock(&cache_lock);
   pthread_mutex_unlock(&abandoned_lock);
+  pthread_mutex_unlock(&registry_lock);
 }
 void segment_fork_child(void) {
   pthread_mutex_init(&huge_lock, NULL);
   pthread_mutex_init(&cache_lock, NULL);
   pthread_mutex_init(&abandoned_lock, NULL);
+  pthread_mutex_init(&registry_lock, NULL);
 }

@@ -1,9 +1,14 @@
-/* stats.h — process-wide counters.  Only slow-path events are counted here
- * (OS calls, segments, pages), so the counters cost nothing on the fast path. */
+/* stats.h — process-wide counters, the census of memory, and the report.
+ *
+ * Slow-path events (OS calls, segments, pages) are always counted.  Per-call
+ * counts (allocations and frees per class, thread-cache hits, remote frees)
+ * exist only in slow mode (HAKMEM_STATS=1), where malloc and free bypass their
+ * fast paths; with stats off the fast paths contain no counting at all. */
 #ifndef HAKMEM_STATS_H
 #define HAKMEM_STATS_H
 #include <stdatomic.h>
 #include <stdint.h>
+#include "internal.h"
 
 enum {
   STAT_OS_MMAP, STAT_OS_MUNMAP, STAT_OS_MADVISE, STAT_OS_MREMAP,
@@ -16,6 +21,12 @@ enum {
   STAT_ABANDONED,     /* segments abandoned by exiting threads (cumulative) */
   STAT_RECLAIMED,     /* segments adopted by live threads (cumulative) */
   STAT_THREADS,       /* live heaps */
+  /* slow mode only (cumulative) */
+  STAT_REQUESTED,     /* bytes asked for by malloc & co. */
+  STAT_HITS,          /* mallocs served by the class's current page */
+  STAT_REFILLS,       /* mallocs that had to collect, carve or find another page */
+  STAT_REMOTE_SENT,   /* frees of blocks owned by another thread */
+  STAT_REMOTE_RECEIVED, /* such blocks taken back by their owner */
   STAT_COUNT
 };
 
@@ -31,8 +42,33 @@ static inline void stat_add(int i, int64_t v) {
 static inline void stat_sub(int i, int64_t v) { atomic_fetch_sub_explicit(&hm_stat[i], v, memory_order_relaxed); }
 static inline void stat_inc(int i) { stat_add(i, 1); }
 static inline void stat_dec(int i) { stat_sub(i, 1); }
-static inline void stat_os(int i) { atomic_fetch_add_explicit(&hm_stat[i], 1, memory_order_relaxed); }
+/* a cumulative count (no peak) */
+static inline void stat_count(int i, int64_t v) { atomic_fetch_add_explicit(&hm_stat[i], v, memory_order_relaxed); }
+static inline void stat_os(int i) { stat_count(i, 1); }
 
-void stats_print(void);   /* the report printed at exit with HAKMEM_STATS=1 */
+/* slow mode: one allocation of requested bytes at p, one free of a block of pg */
+void stats_count_alloc(const void *p, size_t requested);
+void stats_count_free(const page_t *pg);
+
+/* A walk over every segment (segment.c): blocks per class and memory. */
+typedef struct census_s {
+  struct { uint64_t pages, used, capacity; } cls[CLASSES + 2];  /* classes, large, huge */
+  uint64_t mapped, committed, cached, in_use, segments;
+  uint64_t huge_bytes, huge_mapped;   /* live huge blocks: block bytes, mapping bytes */
+  uint64_t purgeable;                 /* resident but free: what malloc_trim returns */
+} census_t;
+void segment_census(census_t *c);
+
+#include <malloc.h>
+#include <stdio.h>
+#include "hakmem.h"
+void stats_print(int fd);
+void hm_stats_get(hakmem_stats_t *st);
+int  hm_stats_class(unsigned k, hakmem_class_stats_t *out);
+void hm_stats_print(int fd);
+struct mallinfo2 hm_mallinfo2(void);
+struct mallinfo hm_mallinfo(void);
+void hm_malloc_stats(void);
+int  hm_malloc_info(int options, FILE *fp);   /* the report: at exit with HAKMEM_STATS=1, and malloc_stats() */
 extern int hm_stats_fd;
 #endif

@@ -13,7 +13,7 @@ done
 if [ ! -f "$so" ]; then echo "not ok - linkage:exports: $so missing"; exit 1; fi
 
 public_c="malloc free calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc pvalloc
-  malloc_usable_size cfree malloc_trim free_sized free_aligned_sized"
+  malloc_usable_size cfree malloc_trim free_sized free_aligned_sized mallinfo mallinfo2 malloc_stats malloc_info"
 public_cxx="_Znwm _Znam _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZnwmRKSt9nothrow_t _ZnamRKSt9nothrow_t
   _ZnwmSt11align_val_t _ZnamSt11align_val_t _ZdlPvSt11align_val_t _ZdaPvSt11align_val_t
   _ZdlPvmSt11align_val_t _ZdaPvmSt11align_val_t _ZnwmSt11align_val_tRKSt9nothrow_t
@@ -21,7 +21,7 @@ public_cxx="_Znwm _Znam _ZdlPv _ZdaPv _ZdlPvm _ZdaPvm _ZnwmRKSt9nothrow_t _ZnamR
   _ZdlPvSt11align_val_tRKSt9nothrow_t _ZdaPvSt11align_val_tRKSt9nothrow_t"
 public_hakmem="hakmem_malloc hakmem_free hakmem_calloc hakmem_realloc hakmem_reallocarray hakmem_posix_memalign
   hakmem_aligned_alloc hakmem_memalign hakmem_valloc hakmem_pvalloc hakmem_malloc_usable_size
-  hakmem_free_sized hakmem_free_aligned_sized hakmem_malloc_trim"
+  hakmem_free_sized hakmem_free_aligned_sized hakmem_malloc_trim hakmem_stats_get hakmem_stats_class hakmem_stats_print"
 public_libc_aliases="__libc_malloc __libc_free __libc_calloc __libc_realloc __libc_memalign"
 
 syms=$(nm -D --defined-only "$so" | awk 'NF >= 3 && $2 ~ /^[TWiVD]$/ {print $3}')
@@ -41,7 +41,7 @@ check_exports hakmem $public_hakmem
 # shellcheck disable=SC2086
 check_exports libc_aliases $public_libc_aliases
 
-allowed='^(hakmem_[a-z_]+|__libc_[a-z_]+|_Zn[wa]m.*|_Zd[la]Pv.*|malloc|free|calloc|realloc|reallocarray|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|malloc_usable_size|cfree|malloc_trim|free_sized|free_aligned_sized|_init|_fini)$'
+allowed='^(hakmem_[a-z_]+|__libc_[a-z_]+|_Zn[wa]m.*|_Zd[la]Pv.*|malloc|free|calloc|realloc|reallocarray|posix_memalign|aligned_alloc|memalign|valloc|pvalloc|malloc_usable_size|cfree|malloc_trim|free_sized|free_aligned_sized|mallinfo2?|malloc_stats|malloc_info|_init|_fini)$'
 internal=$(nm -D --defined-only "$so" | awk 'NF >= 3 {print $3}' | grep -vE "$allowed")
 if [ -z "$internal" ]; then echo "ok - linkage:no_internal_exports"
 else echo "not ok - linkage:no_internal_exports: $(echo $internal | cut -c1-300)"; fi

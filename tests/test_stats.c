@@ -1,0 +1,251 @@
+/* Observability and memory return: the HAKMEM_STATS counters add up across
+ * threads, the census (hakmem_stats_*, mallinfo2, malloc_info, malloc_stats)
+ * reports real figures, and RSS falls back after frees without malloc_trim.
+ *
+ * The program runs with HAKMEM_STATS=1 (slow mode, every call counted): if it
+ * is not set, it re-executes itself with it before anything is allocated. */
+#include "test.h"
+#include "hakmem.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+extern char **environ;
+__attribute__((constructor(101))) static void stats_env(int argc, char **argv) {
+  (void)argc;
+  if (getenv("HAKMEM_STATS")) return;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char *env[n + 2];
+  for (size_t i = 0; i < n; i++) env[i] = environ[i];
+  env[n] = "HAKMEM_STATS=1";
+  env[n + 1] = NULL;
+  execve("/proc/self/exe", argv, env);
+  perror("execve");
+  _exit(1);
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long a = 0, b = 0;
+  if (f) { if (fscanf(f, "%ld %ld", &a, &b) != 2) b = 0; fclose(f); }
+  return b * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+}
+
+/* ---- counters add up ------------------------------------------------------------ */
+#define T 4
+#define PER 20000
+static void *handed[T][PER / 2];
+static pthread_barrier_t bar;
+
+static size_t pick_size(unsigned i) {
+  static const size_t sizes[] = { 8, 24, 100, 200, 700, 1500, 5000, 40000 };
+  if (i % 101 == 0) return 300000;                          /* a large block now and then */
+  return sizes[i % (sizeof sizes / sizeof sizes[0])];
+}
+
+/* Each thread allocates PER blocks, frees half itself, hands the other half
+ * to the next thread, which frees them (remote frees), then exits. */
+static void *counter_worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  void *mine[PER / 2];
+  for (unsigned i = 0; i < PER; i++) {
+    void *p = hakmem_malloc(pick_size(i * 7 + (unsigned)id));
+    if (!p) { CHECK(p != NULL); break; }
+    memset(p, id, 8);
+    if (i & 1) handed[id][i / 2] = p; else mine[i / 2] = p;
+  }
+  for (unsigned i = 0; i < PER / 2; i++) hakmem_free(mine[i]);
+  pthread_barrier_wait(&bar);
+  int from = (id + T - 1) % T;
+  for (unsigned i = 0; i < PER / 2; i++) hakmem_free(handed[from][i]);
+  pthread_barrier_wait(&bar);
+  return NULL;
+}
+
+TEST(counters_add_up_across_threads) {
+  hakmem_stats_t a, b;
+  hakmem_stats_get(&a);
+  pthread_barrier_init(&bar, NULL, T);
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) pthread_create(&th[i], NULL, counter_worker, (void *)(intptr_t)i);
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&bar);
+  hakmem_stats_get(&b);
+  size_t mallocs = b.mallocs - a.mallocs, frees = b.frees - a.frees;
+  (void)frees;
+  NOTE("%d threads: %zu mallocs, %zu frees, %zu remote frees counted", T, mallocs, frees, b.remote_frees - a.remote_frees);
+  CHECKF(mallocs >= (size_t)T * PER, "%zu mallocs counted, at least %d made", mallocs, T * PER);
+  CHECKF(b.remote_frees - a.remote_frees >= (size_t)T * PER / 2, "%zu remote frees counted, %d made",
+         b.remote_frees - a.remote_frees, T * PER / 2);
+  CHECKF(b.requested > a.requested, "requested bytes did not grow");
+  /* Every thread has exited, so every remote free was collected: per class,
+   * allocations - frees = blocks the census finds in use. */
+  size_t live_total = 0;
+  for (unsigned k = 0;; k++) {
+    hakmem_class_stats_t c;
+    if (hakmem_stats_class(k, &c) != 0) { CHECKF(k > 50, "only %u classes", k); break; }
+    CHECKF(c.mallocs - c.frees == c.in_use, "class %u (%zu B): %zu mallocs - %zu frees != %zu in use",
+           k, c.block_size, c.mallocs, c.frees, c.in_use);
+    CHECKF(c.peak >= c.in_use, "class %u: peak %zu < in use %zu", k, c.peak, c.in_use);
+    CHECKF(c.in_use <= c.capacity || c.block_size == 0, "class %u: %zu in use > capacity %zu", k, c.in_use, c.capacity);
+    live_total += c.mallocs - c.frees;
+  }
+  hakmem_stats_get(&b);          /* (the NOTE above may have allocated stdout's buffer) */
+  CHECKF(b.mallocs - b.frees == live_total, "totals: %zu - %zu != %zu", b.mallocs, b.frees, live_total);
+}
+
+TEST(class_table) {
+  hakmem_class_stats_t c;
+  size_t prev = 0;
+  unsigned k = 0;
+  for (; hakmem_stats_class(k, &c) == 0; k++) {
+    if (c.block_size == 0) break;                           /* large, huge */
+    CHECKF(c.block_size > prev, "class %u: size %zu after %zu", k, c.block_size, prev);
+    prev = c.block_size;
+  }
+  CHECKF(prev == 256 * 1024, "largest class %zu", prev);
+  CHECK(hakmem_stats_class(k + 2, &c) == -1);
+  /* a block of 300 B shows in the 320 B class */
+  hakmem_class_stats_t before, after;
+  unsigned k320 = 0;
+  while (hakmem_stats_class(k320, &c) == 0 && c.block_size != 320) k320++;
+  hakmem_stats_class(k320, &before);
+  void *p = hakmem_malloc(300);
+  hakmem_stats_class(k320, &after);
+  CHECKF(after.in_use == before.in_use + 1 && after.mallocs == before.mallocs + 1,
+         "320 B class: in use %zu -> %zu, mallocs %zu -> %zu", before.in_use, after.in_use, before.mallocs, after.mallocs);
+  hakmem_free(p);
+  hakmem_stats_class(k320, &after);
+  CHECK(after.in_use == before.in_use && after.frees == before.frees + 1);
+}
+
+#ifndef HAKMEM_NO_OVERRIDE      /* the standard names are the sanitizer's in those builds */
+TEST(mallinfo2_real_figures) {
+  struct mallinfo2 m0 = mallinfo2();
+  enum { N = 1000 };
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = malloc(1000);            /* 1024 B class */
+  char *volatile big = malloc((size_t)8 << 20);                /* a huge block: its own mapping */
+  big[0] = 1;
+  struct mallinfo2 m1 = mallinfo2();
+  CHECKF(m1.uordblks >= m0.uordblks + N * 1000, "uordblks %zu -> %zu after %d x 1000 B", m0.uordblks, m1.uordblks, N);
+  CHECKF(m1.hblks == m0.hblks + 1 && m1.hblkhd >= m0.hblkhd + ((size_t)8 << 20),
+         "hblks %zu -> %zu, hblkhd %zu -> %zu", m0.hblks, m1.hblks, m0.hblkhd, m1.hblkhd);
+  CHECKF(m1.arena >= m1.uordblks && m1.fordblks == m1.arena - m1.uordblks,
+         "arena %zu, uordblks %zu, fordblks %zu", m1.arena, m1.uordblks, m1.fordblks);
+  for (int i = 0; i < N; i++) free(p[i]);
+  free(big);
+  struct mallinfo2 m2 = mallinfo2();
+  CHECKF(m2.uordblks + N * 1000 <= m1.uordblks, "uordblks %zu -> %zu after freeing", m1.uordblks, m2.uordblks);
+  CHECKF(m2.hblks == m0.hblks, "hblks %zu after freeing the huge block", m2.hblks);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  struct mallinfo m = mallinfo();
+#pragma GCC diagnostic pop
+  CHECK(m.uordblks > 0 && m.arena > 0);
+}
+
+TEST(malloc_info_xml) {
+  void *keep = malloc(100);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  CHECK(f != NULL);
+  if (!f) return;
+  CHECK(malloc_info(0, f) == 0);
+  fclose(f);
+  CHECKF(buf && strncmp(buf, "<malloc version=\"1\">", 20) == 0, "starts: %.40s", buf ? buf : "(null)");
+  CHECKF(buf && strstr(buf, "</malloc>\n") && strstr(buf, "<heap nr=\"0\">") && strstr(buf, "<system type=\"current\""),
+         "malloc_info output: %.200s", buf ? buf : "(null)");
+  free(buf);
+  errno = 0;
+  CHECK(malloc_info(1, stderr) == -1 && errno == EINVAL);
+  free(keep);
+}
+
+TEST(malloc_stats_report) {
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  int saved = dup(2);
+  dup2(fds[1], 2);
+  malloc_stats();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fds[1]);
+  char buf[16384];
+  ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  close(fds[0]);
+  buf[n > 0 ? n : 0] = 0;
+  CHECKF(strncmp(buf, "hakmem: statistics", 18) == 0, "malloc_stats printed: %.100s", buf);
+  CHECKF(strstr(buf, "os calls") && strstr(buf, "mallocs") && strstr(buf, "class"), "report: %.300s", buf);
+}
+#endif
+
+/* ---- memory return ----------------------------------------------------------------- */
+
+/* Threads build up ~100 MB (a third of it freed by other threads), free
+ * everything and exit; the main thread then only does a little work now and
+ * then, as a program does, and RSS must fall back within 200 ms without any
+ * malloc_trim. */
+#define RT 3
+#define RBLOCKS 12000
+static void *rblocks[RT][RBLOCKS];
+static void *rss_worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  for (int i = 0; i < RBLOCKS; i++) {
+    size_t n = (size_t)(i % 16 + 1) * 320;               /* 320 B .. 5 KiB */
+    if (i % 97 == 0) n = (size_t)64 << 10;
+    if (i % 1009 == 0) n = (size_t)1 << 20;
+    rblocks[id][i] = hakmem_malloc(n);
+    if (rblocks[id][i]) memset(rblocks[id][i], 0x5a, n);
+  }
+  pthread_barrier_wait(&bar);          /* main measures the peak */
+  pthread_barrier_wait(&bar);
+  /* free our own blocks but every third, and every third of the next thread's */
+  int next = (id + 1) % RT;
+  for (int i = 0; i < RBLOCKS; i++) hakmem_free(i % 3 ? rblocks[id][i] : rblocks[next][i]);
+  return NULL;
+}
+
+TEST(rss_falls_back_without_trim) {
+  long base = rss_kib();
+  pthread_barrier_init(&bar, NULL, RT + 1);
+  pthread_t th[RT];
+  for (int i = 0; i < RT; i++) pthread_create(&th[i], NULL, rss_worker, (void *)(intptr_t)i);
+  pthread_barrier_wait(&bar);
+  long peak = rss_kib();
+  pthread_barrier_wait(&bar);
+  for (int i = 0; i < RT; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&bar);
+  long now = rss_kib();
+  int ms = 0;
+  for (; ms < 200; ms += 10) {
+    now = rss_kib();
+    if (now - base < 8 * 1024) break;
+    void *p = hakmem_malloc(64);                          /* a little activity */
+    hakmem_free(p);
+    sleep_ms(10);
+  }
+  hakmem_stats_t st;
+  hakmem_stats_get(&st);
+  NOTE("RSS %ld KiB before, %ld KiB at the peak, %ld KiB %d ms after the threads freed everything and exited "
+       "(hakmem: %zu KiB committed, %zu KiB in use)", base, peak, now, ms, st.committed >> 10, st.in_use >> 10);
+  CHECKF(peak - base > 64 * 1024, "the workload should hold > 64 MB at its peak, held %ld KiB", peak - base);
+  if (!test_sanitized())
+    CHECKF(now - base < 8 * 1024, "%ld KiB above the start still resident %d ms after everything was freed",
+           now - base, ms);
+}
+
+TEST_MAIN()
