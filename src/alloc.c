@@ -52,15 +52,30 @@ HM_COLD void hm_free_slow(void *p) {
   if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
   heap_t *h = hm_tls_heap;
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
-  if (owner == h) { heap_free_local(h, pg, (block_t *)p); return; }
+  if (owner == h) {
+    heap_enter(h);
+    heap_free_local(h, pg, (block_t *)p);
+    heap_leave(h);
+    return;
+  }
   if (owner == NULL) {
     /* The owner thread exited.  Adopt its segment so the block (and the rest
      * of the segment) is reused or returned instead of stranded. */
     if (h == &hm_heap_empty) h = heap_get();
-    if (h && segment_try_reclaim(h, s)) { heap_free_local(h, pg, (block_t *)p); return; }
+    if (h) {
+      heap_enter(h);
+      bool adopted = segment_try_reclaim(h, s);
+      if (adopted) heap_free_local(h, pg, (block_t *)p);
+      heap_leave(h);
+      if (adopted) return;
+    }
   }
   if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_SENT);
   page_free_remote(pg, (block_t *)p);
+  /* An owner the purger found idle does not collect this: have it looked at. */
+  if (owner && unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed)) &&
+      atomic_exchange_explicit(&owner->idle, 0, memory_order_relaxed))
+    purge_arm(os_now_ms() + (uint64_t)hm_options.purge_delay_ms);
 }
 
 /* ---- the API -------------------------------------------------------------- */
@@ -161,7 +176,10 @@ void *hm_realloc(void *p, size_t n) {
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap) {
     /* an aligned block may start several slices into its run */
     size_t lead = (size_t)(pg->start - ((uint8_t *)s + (size_t)(pg - s->pages) * SLICE_SIZE));
-    if (segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE)) return p;
+    heap_enter(hm_tls_heap);
+    bool resized = segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE);
+    heap_leave(hm_tls_heap);
+    if (resized) return p;
   }
   if (pg->cls == CLASS_HUGE && n > LARGE_MAX && s->huge_offset == 0) {
     void *q = segment_huge_resize(s, pg, n);
@@ -184,17 +202,23 @@ void *hm_reallocarray(void *p, size_t n, size_t size) {
   return hm_realloc(p, total);
 }
 
+/* Everything that can be returned now: this thread's empty pages (after
+ * collecting what other threads freed into them), the unreachable pages of
+ * every other heap not busy in a slow path, every free slice, the caches. */
 int hm_malloc_trim(size_t pad) {
   (void)pad;
   heap_t *h = hm_tls_heap;
-  int64_t before = hm_stat[STAT_PURGED];
+  int64_t before = atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed);
   if (h != &hm_heap_empty) {
-    heap_collect_delayed(h);
+    heap_enter(h);
+    heap_collect_all(h);
     segment_purge_due(h, true, NULL);
+    heap_leave(h);
   }
+  purge_idle_heaps(h);
   bool unmapped = segment_cache_trim();
-  unmapped |= segment_huge_cache_purge(true);
-  return unmapped || hm_stat[STAT_PURGED] != before;
+  unmapped |= segment_huge_cache_purge(true, NULL);
+  return unmapped || atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed) != before;
 }
 
 /* The hakmem_* names, for programs that want hakmem beside another malloc. */

@@ -4,12 +4,20 @@
  * Each size class has a queue of pages that may have free blocks; the first is
  * the page malloc allocates from (heap->direct caches it for sizes <= 1 KiB).
  * A page found full is parked on heap->full with its thread_free state set to
- * TF_NOTIFY, so the first remote free into it tells the heap (page.c). */
+ * TF_NOTIFY, so the first remote free into it tells the heap (page.c).
+ *
+ * The owner's slow paths run under heap->lock (heap_enter/heap_leave); the
+ * only other taker is the purger (purge.c), trimming a heap whose thread has
+ * gone quiet.  The fast paths take no lock: the purger leaves alone the first
+ * page of each queue (the only pages malloc's fast path allocates from) and
+ * every page that still has a block in use (the only pages free's could
+ * reach), so the owner's queue heads and direct tables are the owner's alone. */
 #include "hot.h"
 #include "options.h"
 #include "stats.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
@@ -20,7 +28,7 @@ heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &hm_page_empty }
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
 static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
-static heap_t *heaps_all;        /* every heap struct ever made (for fork) */
+static heap_t *_Atomic heaps_all; /* every heap struct ever made (for the purger) */
 static heap_t *heaps_free;       /* structs of exited threads, for reuse */
 static _Atomic int atfork_registered;
 
@@ -81,17 +89,51 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
   /* single-block pages live parked; a free may have raced with the collect */
   while (!page_try_notify(pg)) {
     page_collect(pg);
-    if (pg->used == 0) return false;
+    if (page_used(pg) == 0) return false;
   }
   pg->flags = PAGE_FULL;
   pageq_push(&h->full, pg);
   return true;
 }
 
-/* The last block of a page came back.  Keep the page if it is the one the
- * class allocates from (so a malloc/free ping-pong does not map and unmap);
- * otherwise give its slices back to the segment. */
+/* ---- the heap lock ---------------------------------------------------------- */
+
+static void lock_raw(heap_t *h) {
+  while (atomic_exchange_explicit(&h->lock, 1, memory_order_acquire))
+    while (atomic_load_explicit(&h->lock, memory_order_relaxed)) sched_yield();
+}
+static void unlock_raw(heap_t *h) { atomic_store_explicit(&h->lock, 0, memory_order_release); }
+bool heap_trylock(heap_t *h) { return !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire); }
+void heap_unlock(heap_t *h) { unlock_raw(h); }
+
+void heap_enter(heap_t *h) {
+  lock_raw(h);
+  atomic_store_explicit(&h->slow_ops, atomic_load_explicit(&h->slow_ops, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  if (unlikely(atomic_load_explicit(&h->idle, memory_order_relaxed))) {
+    /* the purger stopped watching us: we are busy again, so watch */
+    atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
+    purge_arm(os_now_ms() + h->purge_delay_ms);
+  }
+}
+
+void heap_leave(heap_t *h) {
+  unlock_raw(h);
+  purge_start_if_wanted();          /* (it allocates: never with a heap locked) */
+}
+
+/* The last block of a page came back (free's fast path).  Keep the page if it
+ * is the one the class allocates from (so a malloc/free ping-pong does not
+ * map and unmap); otherwise give its slices back to the segment.  Only the
+ * owner changes a queue's first page, so the test needs no lock. */
 void heap_page_retire(heap_t *h, page_t *pg) {
+  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) return;
+  heap_enter(h);
+  heap_page_retire_locked(h, pg);
+  heap_leave(h);
+}
+
+void heap_page_retire_locked(heap_t *h, page_t *pg) {
   if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) return;
   if (pg->flags & PAGE_FULL) pageq_remove(&h->full, pg);
   else queue_remove(h, pg);
@@ -165,7 +207,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
       pg->block_size = bs;
       page_set_area(pg, bs);
       pg->reserved = pg->capacity = 1;
-      pg->used = 1;
+      page_set_used(pg, 1);
       pg->magic = UINT64_MAX / bs + 1;
       pg->key = (h->rand += 0x9E3779B97F4A7C15ull) | (1ull << 63);
       pg->flags = PAGE_FULL;
@@ -182,7 +224,9 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
 
 void *heap_malloc_slow(heap_t *h, size_t n) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
+  heap_enter(h);
   void *p = n > MEDIUM_MAX ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, size_class(n));
+  heap_leave(h);
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }
@@ -193,19 +237,22 @@ void *heap_malloc_slow(heap_t *h, size_t n) {
 void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
   void *p = NULL;
+  heap_enter(h);
   if (n <= MEDIUM_MAX && align <= MAX_ALIGN_IN_CLASS) {
     size_t c = size_class(n);
     while (c < CLASSES && class_size(c) % align) c++;
     if (c < CLASSES) p = heap_malloc_class(h, c);
   }
   if (!p) p = heap_malloc_big(h, n, align);
+  heap_leave(h);
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }
 
 /* ---- frees handed over by other threads ----------------------------------- */
 
-/* The owner frees b on its own page pg (slow variant: parked, large, suspicious). */
+/* The owner frees b on its own page pg (slow variant: parked, large,
+ * suspicious; h locked). */
 void heap_free_local(heap_t *h, page_t *pg, block_t *b) {
   if (pg->cls == CLASS_LARGE) {
     pageq_remove(&h->full, pg);
@@ -215,6 +262,7 @@ void heap_free_local(heap_t *h, page_t *pg, block_t *b) {
   page_free_local_slow(pg, b);
 }
 
+/* (h locked) */
 void heap_collect_delayed(heap_t *h) {
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire);
   while (b) {
@@ -227,6 +275,62 @@ void heap_collect_delayed(heap_t *h) {
     b = next;
   }
 }
+
+/* ---- giving memory back ------------------------------------------------------ */
+
+/* The owner (h locked): collect every remote free and give back every page
+ * left empty, the queues' first pages included. */
+void heap_collect_all(heap_t *h) {
+  heap_collect_delayed(h);
+  for (size_t c = 0; c < CLASSES; c++) {
+    for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
+      next = pg->next;
+      page_collect(pg);
+      if (page_used(pg) == 0) { queue_remove(h, pg); segment_page_free(pg); }
+    }
+  }
+}
+
+/* The purger (h locked, its owner perhaps running fast paths): give back the
+ * pages no thread can reach any more (page_unreachable), then purge what is
+ * due.  Blocks handed over on the delayed list count as free; those of pages
+ * still in use go back on the list for the owner.  True if it freed a page. */
+bool heap_trim_idle(heap_t *h) {
+  bool freed = false;
+  uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire), keep = 0, keep_last = 0;
+  while (b) {
+    uintptr_t next = ((block_t *)b)->next;
+    page_t *pg = page_of(segment_of((void *)b), (void *)b);
+    page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
+    if (page_unreachable(pg, 1)) {
+      pageq_remove(&h->full, pg);
+      segment_page_free(pg);
+      freed = true;
+    } else {
+      /* (the sender left the state NORMAL; the owner's pass sets it again) */
+      ((block_t *)b)->next = keep;
+      if (!keep) keep_last = b;
+      keep = b;
+    }
+    b = next;
+  }
+  if (keep) {
+    uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
+    do ((block_t *)keep_last)->next = d;
+    while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, keep, memory_order_release, memory_order_relaxed));
+  }
+  for (size_t c = 0; c < CLASSES; c++) {
+    page_t *first = h->queue[c].first;
+    for (page_t *pg = first ? first->next : NULL, *next; pg; pg = next) {
+      next = pg->next;
+      if (page_unreachable(pg, 0)) { pageq_remove(&h->queue[c], pg); segment_page_free(pg); freed = true; }
+    }
+  }
+  segment_purge_due(h, false, NULL);
+  return freed;
+}
+
+heap_t *heap_first(void) { return atomic_load_explicit(&heaps_all, memory_order_acquire); }
 
 /* ---- heap life cycle ------------------------------------------------------ */
 
@@ -255,8 +359,8 @@ static heap_t *heap_struct_alloc(void) {
     if (chunk) {
       h = (heap_t *)chunk;
       chunk += sz;
-      h->next_all = heaps_all;
-      heaps_all = h;
+      atomic_store_explicit(&h->next_all, atomic_load_explicit(&heaps_all, memory_order_relaxed), memory_order_relaxed);
+      atomic_store_explicit(&heaps_all, h, memory_order_release);
     }
   }
   pthread_mutex_unlock(&heaps_lock);
@@ -268,13 +372,15 @@ heap_t *heap_get(void) {
   if (h != &hm_heap_empty) return h;
   pthread_once(&process_once, process_init);
   if (!(h = heap_struct_alloc())) return NULL;
-  heap_t *keep_next = h->next_all;
-  memset(h, 0, sizeof *h);
-  h->next_all = keep_next;
+  lock_raw(h);                       /* the purger may be looking at a recycled struct */
+  memset(h, 0, HEAP_RESET_SIZE);
   for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hm_page_empty;
   for (size_t c = 0; c < CLASSES; c++) h->medium[c] = &hm_page_empty;
   h->rand = os_random() | 1;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+  h->live = true;
+  atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
+  unlock_raw(h);
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
@@ -290,18 +396,12 @@ static void heap_done(heap_t *h) {
   /* 2. frees already delivered */
   heap_collect_delayed(h);
   /* 3. collect remote frees everywhere; free empty pages */
-  for (size_t c = 0; c < CLASSES; c++) {
-    for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
-      next = pg->next;
-      page_collect(pg);
-      if (pg->used == 0) { queue_remove(h, pg); segment_page_free(pg); }
-    }
-  }
+  heap_collect_all(h);
   for (page_t *pg = h->full.first, *next; pg; pg = next) {
     next = pg->next;
     page_collect(pg);
     pg->flags &= (uint8_t)~PAGE_FULL;
-    if (pg->used == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
+    if (page_used(pg) == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
   }
   /* 4. empty segments leave; the rest are abandoned, each unlinked from the
    * heap before it joins the global list (it cannot be on both) */
@@ -310,17 +410,23 @@ static void heap_done(heap_t *h) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);
   }
+  uint64_t pending = h->next_purge_ms;    /* the purger purges abandoned segments when due */
   while (h->segments) {
     segment_t *s = h->segments;
     segment_unlink(h, s);
     segment_abandon(s);
   }
+  if (pending) purge_arm(pending);
 }
 
 static void heap_thread_done(void *arg) {
   heap_t *h = arg;
   if (!h || h == &hm_heap_empty) return;
+  lock_raw(h);
   heap_done(h);
+  h->live = false;
+  atomic_store_explicit(&h->idle, 1, memory_order_relaxed);   /* nothing for the purger here */
+  unlock_raw(h);
   hm_tls_heap = &hm_heap_empty;
   stat_dec(STAT_THREADS);
   pthread_mutex_lock(&heaps_lock);
@@ -333,16 +439,19 @@ static void heap_thread_done(void *arg) {
  * child keeps only the forking thread; the heaps of the other threads stay as
  * they were (their blocks remain valid and may be freed, as remote frees). */
 static void fork_prepare(void) {
+  purge_fork_prepare();
   pthread_mutex_lock(&heaps_lock);
   segment_fork_prepare();
 }
 static void fork_parent(void) {
   segment_fork_parent();
   pthread_mutex_unlock(&heaps_lock);
+  purge_fork_parent();
 }
 static void fork_child(void) {
   segment_fork_child();
   pthread_mutex_init(&heaps_lock, NULL);
+  purge_fork_child();
   /* A thread that no longer exists may have been handing one of our blocks
    * over (TF_BUSY) at the fork; it never finishes, so finish for it. */
   heap_t *h = hm_tls_heap;

@@ -17,7 +17,7 @@ HM_INLINE void *hm_page_pop(page_t *pg) {
   block_t *b = (block_t *)pg->free;
   pg->free = dec(pg, b->next);
   b->next = 0;              /* leave no free-list link in a live block */
-  pg->used++;
+  page_set_used(pg, page_used(pg) + 1);
   return b;
 }
 
@@ -47,7 +47,10 @@ HM_INLINE void hm_free_fast(void *p) {
       if (likely(cand - (uintptr_t)pg->start >= page_area(pg) && cand != 0)) {
         b->next = enc(pg, pg->free);
         pg->free = (uintptr_t)b;
-        if (unlikely(--pg->used == 0)) heap_page_retire(hm_tls_heap, pg);
+        /* release: once the purger reads the new count, these stores are done */
+        uint32_t used = page_used(pg) - 1;
+        atomic_store_explicit(&pg->used, used, memory_order_release);
+        if (unlikely(used == 0)) heap_page_retire(hm_tls_heap, pg);
         return;
       }
     }

@@ -88,7 +88,8 @@ struct segment_s;
 typedef struct page_s {
   /* hot: used by the owner's malloc/free fast paths */
   uintptr_t free;                /* encoded head of the free list */
-  uint32_t used;                 /* blocks handed out (including remote-freed, uncollected) */
+  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected);
+                                    written by the owner, read by the purger (page_used) */
   uint8_t flags;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
@@ -105,6 +106,12 @@ typedef struct page_s {
   _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
   struct page_s *next, *prev;    /* in a heap queue */
 } page_t;
+
+/* used: only the owner writes it; the purger reads it to tell whether every
+ * block handed out is on the thread_free list (then no thread can reach the
+ * page and it may be taken back).  Plain loads and stores on x86 and arm64. */
+static inline uint32_t page_used(const page_t *pg) { return atomic_load_explicit(&pg->used, memory_order_relaxed); }
+static inline void page_set_used(page_t *pg, uint32_t n) { atomic_store_explicit(&pg->used, n, memory_order_relaxed); }
 
 /* area is read by threads freeing into the page while its owner carves more. */
 static inline size_t page_area(const page_t *pg) { return atomic_load_explicit(&pg->area, memory_order_relaxed); }
@@ -153,6 +160,9 @@ static inline segment_t *segment_checked(const void *p) {
 /* ---- heaps --------------------------------------------------------------- */
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
+/* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
+ * hold heap->lock, which the purger (purge.c) also takes when it returns the
+ * memory of a heap whose thread stopped calling the allocator. */
 typedef struct heap_s {
   page_t *direct[DIRECT_SLOTS];  /* (n+15)>>4 -> page to allocate n bytes from */
   page_t *medium[CLASSES];       /* class -> page to allocate from, for sizes > SMALL_MAX */
@@ -163,9 +173,17 @@ typedef struct heap_s {
   uint64_t rand;                 /* per-heap PRNG state (page keys) */
   uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
-  struct heap_s *next_all;       /* registry of every heap ever made */
   struct heap_s *next_free;      /* recycled heap structs */
+  bool live;                     /* a thread owns the heap (false once it exited) */
+  /* kept when a struct is recycled: */
+  _Atomic uint32_t lock;         /* slow paths of the owner vs. the purger */
+  _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
+  struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
+  /* read by every thread freeing into this heap: a line of its own */
+  _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
+  uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
 } heap_t;
+#define HEAP_RESET_SIZE offsetof(heap_t, lock)
 
 extern __thread heap_t *hm_tls_heap;      /* initial-exec; &hm_heap_empty until first use */
 extern heap_t hm_heap_empty;
@@ -194,7 +212,7 @@ bool    segment_large_resize(page_t *pg, size_t slices);
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
 void    segment_huge_free(segment_t *s);
 void   *segment_huge_resize(segment_t *s, page_t *pg, size_t n);   /* NULL: could not, block intact */
-bool    segment_huge_cache_purge(bool force);
+bool    segment_huge_cache_purge(bool force, uint64_t *next);
 bool    segment_purge_due(heap_t *h, bool force, segment_t *watch);
 void    segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
@@ -202,6 +220,7 @@ void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
+uint64_t segment_purge_abandoned(bool force);     /* next deadline, 0 = none */
 void    segment_fork_prepare(void), segment_fork_parent(void), segment_fork_child(void);
 static inline page_t *page_of(segment_t *s, const void *p) {
   return s->slice_page[((uintptr_t)p - (uintptr_t)s) >> SLICE_SHIFT];
@@ -221,15 +240,34 @@ void  page_free_remote(page_t *pg, block_t *b);
 bool  page_contains_free(page_t *pg, uintptr_t b);
 void *page_block_start(page_t *pg, const void *p);
 void  page_unpark(heap_t *h, page_t *pg);
+bool  page_unreachable(page_t *pg, uint32_t elsewhere);
 
 /* heap.c */
 heap_t *heap_get(void);                            /* this thread's heap, made on demand */
+void    heap_enter(heap_t *h);                     /* the owner's slow paths hold h's lock */
+void    heap_leave(heap_t *h);
+bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
+void    heap_unlock(heap_t *h);
+void    heap_page_retire_locked(heap_t *h, page_t *pg);
+void    heap_collect_all(heap_t *h);               /* (owner, locked) collect everything, free empty pages */
+bool    heap_trim_idle(heap_t *h);                 /* (purger, locked) take back unreachable pages */
+heap_t *heap_first(void);                          /* the registry of heaps, for the purger */
 void   *heap_malloc_slow(heap_t *h, size_t n);
 void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
+
+/* purge.c: the background thread that returns the memory of idle heaps */
+void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
+extern _Atomic int hm_purge_wanted;                /* start the thread at the next safe point */
+void purge_start(void);
+static inline void purge_start_if_wanted(void) {
+  if (unlikely(atomic_load_explicit(&hm_purge_wanted, memory_order_relaxed))) purge_start();
+}
+void purge_idle_heaps(heap_t *except);             /* malloc_trim: trim every idle heap now */
+void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(void);
 
 /* alloc.c: the API behind both the hakmem_* and the standard names */
 void hm_free_slow(void *p);

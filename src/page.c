@@ -21,7 +21,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   pg->capacity = 0;
   page_set_area(pg, 0);
   pg->free = 0;
-  pg->used = 0;
+  page_set_used(pg, 0);
   pg->flags = hm_page_flags;
   pg->cls = cls;
   pg->magic = UINT64_MAX / block_size + 1;
@@ -63,16 +63,16 @@ void page_collect(page_t *pg) {
   while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, tf & TF_MASK,
                                                 memory_order_acquire, memory_order_relaxed)) {}
   uintptr_t head = tf & ~(uintptr_t)TF_MASK, b = head, tail = 0;
-  uint32_t n = 0;
+  uint32_t n = 0, used = page_used(pg);
   while (b) {
-    if (unlikely(++n > pg->used || b - (uintptr_t)pg->start >= page_area(pg)))
+    if (unlikely(++n > used || b - (uintptr_t)pg->start >= page_area(pg)))
       hm_fatal("corrupted remote free list (double free from another thread?)", (void *)b, pg);
     tail = b;
     b = dec(pg, ((block_t *)b)->next);
   }
   ((block_t *)tail)->next = enc(pg, pg->free);
   pg->free = head;
-  pg->used -= n;
+  page_set_used(pg, used - n);
   if (unlikely(hm_slow_mode)) stat_count(STAT_REMOTE_RECEIVED, n);
 }
 
@@ -99,7 +99,28 @@ void page_free_local_slow(page_t *pg, block_t *b) {
   b->next = enc(pg, pg->free);
   pg->free = (uintptr_t)b;
   if (pg->flags & PAGE_FULL) page_unpark(h, pg);
-  if (--pg->used == 0) heap_page_retire(h, pg);
+  page_set_used(pg, page_used(pg) - 1);
+  if (page_used(pg) == 0) heap_page_retire_locked(h, pg);
+}
+
+/* Is every block of pg that was handed out now on its thread_free list (but
+ * 'elsewhere' of them, known to be free)?  Then no thread holds a block of
+ * the page: its owner cannot free into it and no other thread can either, so
+ * the caller, holding the owner's lock, may take the page away even while the
+ * owner runs its fast paths (which only allocate from the first page of each
+ * class).  A page with nothing handed out is left to its owner, who is about
+ * to retire it. */
+bool page_unreachable(page_t *pg, uint32_t elsewhere) {
+  uint32_t used = atomic_load_explicit(&pg->used, memory_order_acquire);
+  if (used == 0 || used < elsewhere) return false;
+  uint32_t want = used - elsewhere, n = 0;
+  uintptr_t b = atomic_load_explicit(&pg->thread_free, memory_order_acquire) & ~(uintptr_t)TF_MASK;
+  while (b && n <= want) {
+    if (b - (uintptr_t)pg->start >= page_area(pg)) return false;    /* a bad link: leave it to the owner */
+    n++;
+    b = dec(pg, ((block_t *)b)->next);
+  }
+  return n == want;
 }
 
 /* Another thread frees b.  Normally one CAS pushes it onto thread_free.  If the

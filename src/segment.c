@@ -222,7 +222,10 @@ static void page_slices_free(segment_t *s, page_t *pg) {
  * true if s was released. */
 static bool segment_after_free(heap_t *h, segment_t *s) {
   uint64_t now = os_now_ms();
-  if (!s->purge_ms) s->purge_ms = now + h->purge_delay_ms;
+  if (!s->purge_ms) {
+    s->purge_ms = now + h->purge_delay_ms;
+    purge_arm(s->purge_ms);          /* in case this thread goes quiet before then */
+  }
   if (!h->next_purge_ms || s->purge_ms < h->next_purge_ms) h->next_purge_ms = s->purge_ms;
   if (now >= h->next_purge_ms) return segment_purge_due(h, false, s);
   return false;
@@ -397,7 +400,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   pg->block_size = usable;
   page_set_area(pg, usable);
   pg->reserved = pg->capacity = 1;
-  pg->used = 1;
+  page_set_used(pg, 1);
   pg->magic = UINT64_MAX / usable + 1;
   for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
   stat_inc(STAT_HUGE);
@@ -417,8 +420,10 @@ void segment_huge_free(segment_t *s) {
   list_push(&huge_cache, s);
   huge_cache_bytes += s->size;
   segment_t *drop = huge_cache_decay(now, HUGE_CACHE_BYTES);
+  uint64_t due = s->purge_ms;
   pthread_mutex_unlock(&huge_lock);
   unmap_list(drop);
+  purge_arm(due);
 }
 
 /* Grow or shrink a huge block with mremap.  The block must stay in the first
@@ -464,10 +469,17 @@ void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   return pg->start;
 }
 
-/* Purge the cached huge blocks whose delay passed (all of them if force). */
-bool segment_huge_cache_purge(bool force) {
+/* Purge the cached huge blocks whose delay passed (force: unmap them all).
+ * Returns whether anything was unmapped; *next (if given) gets the next
+ * deadline, 0 if none. */
+bool segment_huge_cache_purge(bool force, uint64_t *next) {
   pthread_mutex_lock(&huge_lock);
   segment_t *drop = huge_cache_decay(force ? UINT64_MAX : os_now_ms(), force ? 0 : HUGE_CACHE_BYTES);
+  if (next) {
+    *next = 0;
+    for (segment_t *s = huge_cache; s; s = s->next)
+      if (s->purge_ms && (!*next || s->purge_ms < *next)) *next = s->purge_ms;
+  }
   pthread_mutex_unlock(&huge_lock);
   bool any = drop != NULL;
   unmap_list(drop);
@@ -513,9 +525,9 @@ void segment_census(census_t *c) {
       page_t *pg = s->slice_page[i];
       if (pg != &s->pages[i] || pg->cls > CLASS_LARGE) continue;   /* not a page's first slice */
       c->cls[pg->cls].pages++;
-      c->cls[pg->cls].used += pg->used;
+      c->cls[pg->cls].used += page_used(pg);
       c->cls[pg->cls].capacity += pg->capacity;
-      c->in_use += (uint64_t)pg->used * pg->block_size;
+      c->in_use += (uint64_t)page_used(pg) * pg->block_size;
       c->committed += (page_area(pg) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
     }
     uint64_t dirty = (uint64_t)__builtin_popcountll(s->dirty_slices & ~s->used_slices) * SLICE_SIZE;
@@ -554,7 +566,7 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
     pg->flags = hm_page_flags;
     atomic_store_explicit(&pg->heap, h, memory_order_release);
     page_collect(pg);
-    if (pg->used == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
+    if (page_used(pg) == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
   }
   return !segment_after_free(h, s);
 }
@@ -585,6 +597,20 @@ segment_t *segment_reclaim_any(heap_t *h) {
   pthread_mutex_unlock(&abandoned_lock);
   if (!s) return NULL;
   return segment_adopt(h, s) ? s : segment_reclaim_any(h);
+}
+
+/* The purger: purge the free slices of abandoned segments whose delay has
+ * passed (all of them if force).  Returns the next deadline, 0 if none. */
+uint64_t segment_purge_abandoned(bool force) {
+  uint64_t now = os_now_ms(), next = 0;
+  pthread_mutex_lock(&abandoned_lock);
+  for (segment_t *s = abandoned; s; s = s->next) {
+    if (!(s->dirty_slices & ~s->used_slices) || !s->purge_ms) continue;
+    if (force || now >= s->purge_ms) { segment_purge(s, ~0ull); s->purge_ms = 0; }
+    else if (!next || s->purge_ms < next) next = s->purge_ms;
+  }
+  pthread_mutex_unlock(&abandoned_lock);
+  return next;
 }
 
 /* fork: hold the global locks across fork so the child never inherits them

@@ -31,9 +31,11 @@
 #ifndef HAKMEM_TEST_H
 #define HAKMEM_TEST_H
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -108,6 +110,49 @@ static inline int test_sanitized(void) {
   return TEST_SANITIZER_BUILD || (s && *s == '1');
 }
 
+/* ---- helpers the programs share ---------------------------------------------- */
+
+/* The process's resident set in KiB (/proc/self/statm). */
+static inline long test_rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long a = 0, b = 0;
+  if (f) { if (fscanf(f, "%ld %ld", &a, &b) != 2) b = 0; fclose(f); }
+  return b * (sysconf(_SC_PAGESIZE) / 1024);
+}
+static inline void test_sleep_ms(long ms) {
+  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+  nanosleep(&ts, NULL);
+}
+static inline uint64_t test_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+static inline uint64_t test_rand(uint64_t *r) { *r ^= *r << 13; *r ^= *r >> 7; *r ^= *r << 17; return *r; }
+
+/* TEST_ENV("HAKMEM_X=1"): hakmem reads its options once, at start-up, so a
+ * program that needs a setting re-executes itself with it (before anything
+ * is allocated) unless the variable is already set. */
+extern char **environ;
+static inline void test_reexec_with(const char *setting, char **argv) {
+  size_t name = strcspn(setting, "=");
+  for (char **e = environ; *e; e++) if (strncmp(*e, setting, name) == 0 && (*e)[name] == '=') return;
+  size_t n = 0;
+  while (environ[n]) n++;
+  char *env[n + 2];
+  for (size_t i = 0; i < n; i++) env[i] = environ[i];
+  env[n] = (char *)setting;
+  env[n + 1] = NULL;
+  execve("/proc/self/exe", argv, env);
+  perror("execve");
+  _exit(1);
+}
+#define TEST_ENV(setting)                                                       \
+  __attribute__((constructor(101))) static void test_env_setup(int argc, char **argv) { \
+    (void)argc;                                                                 \
+    test_reexec_with(setting, argv);                                            \
+  }
+
 /* Async-signal-safe output of "not ok - file:case: what<number>\n". */
 static void test_sig_line(const char *what, long num, const char *tail) {
   char buf[1024];
@@ -139,7 +184,6 @@ static void test_sig_line(const char *what, long num, const char *tail) {
  * cases after the failed one ("--resume=<next case>,<failures so far>"),
  * so one broken case does not hide the others' results.  The arguments are
  * prepared before each case: nothing is built inside the signal handler. */
-extern char **environ;
 static char test_resume_arg[64];
 static char *test_resume_argv[TEST_MAX_CASES + 3];
 

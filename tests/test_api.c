@@ -48,13 +48,6 @@ static void ref_init(void) {
   done = 1;
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long a = 0, b = 0;
-  if (f) { if (fscanf(f, "%ld %ld", &a, &b) != 2) b = 0; fclose(f); }
-  return b * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 /* README: size classes (to 256 KiB) round up by at most 25 %.  Bigger blocks
  * are slice runs or mappings; a cached mapping up to 50 % larger may be
  * reused (segment.c), so allow that much there. */
@@ -263,10 +256,10 @@ TEST(realloc_null_and_zero) {
   hakmem_free(r);
   /* ...and really frees: repeated, nothing accumulates. */
   if (!test_sanitized()) {
-    long before = rss_kib();
+    long before = test_rss_kib();
     for (int i = 0; i < 200000; i++) { void *q = hakmem_malloc(1000); memset(q, 1, 1000); hakmem_free(hakmem_realloc(q, 0)); }
     for (int i = 0; i < 200; i++) { void *q = hakmem_malloc(3 << 20); memset(q, 1, 3 << 20); hakmem_free(hakmem_realloc(q, 0)); }
-    long after = rss_kib();
+    long after = test_rss_kib();
     CHECKF(after - before < 64 * 1024, "RSS grew by %ld KiB over 200k realloc(p, 0)", after - before);
   }
 }
@@ -519,20 +512,20 @@ TEST(free_null_and_sized) {
     hakmem_free_aligned_sized(p, aligns[i], 1000);
   }
   /* The memory comes back: a million sized frees do not accumulate. */
-  long before = rss_kib();
+  long before = test_rss_kib();
   for (int i = 0; i < 1000000; i++) { void *p = hakmem_malloc(200 + i % 800); memset(p, 1, 64); hakmem_free_sized(p, 200 + i % 800); }
-  if (!test_sanitized()) CHECKF(rss_kib() - before < 32 * 1024, "RSS grew %ld KiB", rss_kib() - before);
+  if (!test_sanitized()) CHECKF(test_rss_kib() - before < 32 * 1024, "RSS grew %ld KiB", test_rss_kib() - before);
 }
 
 TEST(malloc_trim_releases) {
   enum { N = 4000 };
   static void *p[N];
-  long base = rss_kib();
+  long base = test_rss_kib();
   for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(4000); memset(p[i], 1, 4000); }
-  long full = rss_kib();
+  long full = test_rss_kib();
   for (int i = 0; i < N; i++) hakmem_free(p[i]);
   int r = hakmem_malloc_trim(0);
-  long trimmed = rss_kib();
+  long trimmed = test_rss_kib();
   CHECKF(r == 1, "malloc_trim after freeing 16 MB returned %d", r);
   if (!test_sanitized())
     CHECKF(full - trimmed >= 8 * 1024, "RSS %ld KiB before, %ld KiB with 16 MB live, %ld KiB after free+trim",

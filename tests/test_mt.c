@@ -27,8 +27,6 @@
 
 static int scale(int n) { return test_sanitized() ? n / 8 : n; }
 
-static uint64_t next_rand(uint64_t *r) { *r ^= *r << 13; *r ^= *r >> 7; *r ^= *r << 17; return *r; }
-
 /* A block of n >= 16 bytes carries its size and a tag (owner id in the top
  * byte) in its first 16 bytes, a pattern after, and the tag's low byte last. */
 static void stamp(unsigned char *p, size_t n, uint64_t tag) {
@@ -51,13 +49,6 @@ static int verify_prefix(const unsigned char *p, size_t n, uint64_t tag, size_t 
   return n <= 64 || n > keep || p[n - 1] == (unsigned char)tag;
 }
 static int verify(const unsigned char *p, size_t n, uint64_t tag) { return verify_prefix(p, n, tag, n); }
-
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long a = 0, b = 0;
-  if (f) { if (fscanf(f, "%ld %ld", &a, &b) != 2) b = 0; fclose(f); }
-  return b * (sysconf(_SC_PAGESIZE) / 1024);
-}
 
 /* ---- shared slots: any thread frees (or reallocs) any block ---------------- */
 #define SLOTS 2048
@@ -87,7 +78,7 @@ static void *swapper(void *arg) {
   uint64_t r = id * 0x9E3779B97F4A7C15ull + 1;
   int iters = scale(60000);
   for (int i = 0; i < iters; i++) {
-    uint64_t x = next_rand(&r);
+    uint64_t x = test_rand(&r);
     size_t n = x % 100 < 80 ? 1 + (x >> 8) % 512 : x % 100 < 98 ? 1 + (x >> 8) % 65536 : 1 + (x >> 8) % (2u << 20);
     rec_t *rec = hakmem_malloc(sizeof *rec);
     unsigned char *p = NULL;
@@ -151,7 +142,7 @@ static void *handoff_freer(void *arg) {
 TEST(trim_after_threads_exit) {
   static void *blocks[HANDOFF_N];
   handoff = blocks;
-  long base = rss_kib();
+  long base = test_rss_kib();
   pthread_barrier_init(&handoff_bar, NULL, 2);
   for (int round = 0; round < 3; round++) {
     pthread_t a, b;
@@ -162,24 +153,24 @@ TEST(trim_after_threads_exit) {
   }
   pthread_barrier_destroy(&handoff_bar);
   int r1 = hakmem_malloc_trim(0);
-  long after1 = rss_kib();
+  long after1 = test_rss_kib();
   NOTE("remote frees then owner exit: RSS %ld KiB before, %ld KiB after (3 x 60000 blocks, ~66 MB), malloc_trim %d",
        base, after1, r1);
   if (!test_sanitized())
     CHECKF(after1 - base < 16 * 1024, "%ld KiB still resident after all blocks were freed by another thread, "
            "their owner exited and malloc_trim(0) ran", after1 - base);
 
-  base = rss_kib();
+  base = test_rss_kib();
   pthread_t t[SWAP_THREADS];
   for (int i = 0; i < SWAP_THREADS; i++) pthread_create(&t[i], NULL, swapper, (void *)(uintptr_t)(i + 101));
   for (int i = 0; i < SWAP_THREADS; i++) pthread_join(t[i], NULL);
-  long peak = rss_kib();
+  long peak = test_rss_kib();
   for (int i = 0; i < SLOTS; i++) {
     rec_t *rec = atomic_exchange(&slots[i], NULL);
     if (rec) check_and_release(rec, (uint64_t)i);
   }
   int r = hakmem_malloc_trim(0);
-  long after = rss_kib();
+  long after = test_rss_kib();
   NOTE("shared slots: RSS %ld KiB before, %ld KiB with the blocks live, %ld KiB after freeing all and malloc_trim (%d)",
        base, peak, after, r);
   CHECKF(atomic_load(&swap_errors) == 0 && atomic_load(&swap_nulls) == 0, "%d corrupted blocks, %d NULLs",
@@ -222,7 +213,7 @@ static void *producer(void *arg) {
   uint64_t r = (uint64_t)q->id * 7919 + 3;
   long total = pc_total();
   for (long i = 0; i < total; i++) {
-    uint64_t x = next_rand(&r);
+    uint64_t x = test_rand(&r);
     size_t n = 16 + x % (i % 64 == 0 ? 100000 : i % 1024 == 1 ? 1500000 : 700);   /* >= 16: the size travels in the block */
     unsigned char *p = hakmem_malloc(n);
     if (!p) { atomic_fetch_add(&pc_errors, 1); break; }
@@ -248,14 +239,14 @@ static void *consumer(void *arg) {
 
 TEST(producer_consumer_all_remote) {
   pthread_t p[PAIRS], c[PAIRS];
-  long rss_before = rss_kib();
+  long rss_before = test_rss_kib();
   for (int i = 0; i < PAIRS; i++) {
     queues[i].id = i + 1;
     pthread_create(&p[i], NULL, producer, &queues[i]);
     pthread_create(&c[i], NULL, consumer, &queues[i]);
   }
   for (int i = 0; i < PAIRS; i++) { pthread_join(p[i], NULL); pthread_join(c[i], NULL); }
-  long rss_after = rss_kib();
+  long rss_after = test_rss_kib();
   NOTE("producer/consumer: RSS %ld KiB before, %ld KiB after %ld remote frees", rss_before, rss_after, PAIRS * pc_total());
   /* At most QCAP blocks per queue are in flight: remotely freed memory must
    * be reused, not accumulate. */
@@ -286,7 +277,7 @@ static void *churner(void *arg) {
     }
   }
   for (int i = 0; i < HAND; i++) {
-    size_t n = 16 + next_rand(&r) % (i % 50 == 0 ? 200000 : 3000);
+    size_t n = 16 + test_rand(&r) % (i % 50 == 0 ? 200000 : 3000);
     mine[i] = hakmem_malloc(n);
     mine_n[i] = n;
     if (!mine[i]) { atomic_fetch_add(&churn_errors, 1); continue; }
@@ -308,9 +299,9 @@ TEST(thread_churn_bounded_rss) {
     int ok[LANES];
     for (int j = 0; j < LANES; j++) ok[j] = pthread_create(&t[j], NULL, churner, (void *)(uintptr_t)(b * LANES + j)) == 0;
     for (int j = 0; j < LANES; j++) { if (ok[j]) pthread_join(t[j], NULL); else create_failures++; }
-    if (b == warm) rss_warm = rss_kib();
+    if (b == warm) rss_warm = test_rss_kib();
   }
-  long rss_end = rss_kib();
+  long rss_end = test_rss_kib();
   for (int j = 0; j < LANES; j++)
     for (int i = 0; i < HAND; i++) { hakmem_free(handed[j][i]); handed[j][i] = NULL; }
   NOTE("thread churn: %d threads, RSS %ld KiB after warm-up, %ld KiB at the end", batches * LANES, rss_warm, rss_end);
@@ -392,7 +383,7 @@ static void *bystander(void *arg) {
   uint64_t keep_tag[64];
   uint64_t r = 99;
   while (!atomic_load_explicit(&race_stop, memory_order_relaxed)) {
-    uint64_t x = next_rand(&r);
+    uint64_t x = test_rand(&r);
     int i = (int)(x % 64);
     if (keep[i] && !verify(keep[i], keep_n[i], keep_tag[i])) atomic_fetch_add(&orphan_errors, 1);
     hakmem_free(keep[i]);
@@ -450,7 +441,7 @@ static void *big_worker(void *arg) {
   uint64_t r = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 5;
   int iters = scale(400);
   for (int i = 0; i < iters; i++) {
-    uint64_t x = next_rand(&r);
+    uint64_t x = test_rand(&r);
     size_t n = x % 2 ? (256 << 10) + (x >> 8) % (2 << 20) : (2 << 20) + (x >> 8) % (6 << 20);
     unsigned char *p = NULL;
     int kind = (int)((x >> 40) % 4);

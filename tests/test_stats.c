@@ -15,32 +15,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-extern char **environ;
-__attribute__((constructor(101))) static void stats_env(int argc, char **argv) {
-  (void)argc;
-  if (getenv("HAKMEM_STATS")) return;
-  size_t n = 0;
-  while (environ[n]) n++;
-  char *env[n + 2];
-  for (size_t i = 0; i < n; i++) env[i] = environ[i];
-  env[n] = "HAKMEM_STATS=1";
-  env[n + 1] = NULL;
-  execve("/proc/self/exe", argv, env);
-  perror("execve");
-  _exit(1);
-}
-
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long a = 0, b = 0;
-  if (f) { if (fscanf(f, "%ld %ld", &a, &b) != 2) b = 0; fclose(f); }
-  return b * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static void sleep_ms(long ms) {
-  struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-  nanosleep(&ts, NULL);
-}
+TEST_ENV("HAKMEM_STATS=1")
 
 /* ---- counters add up ------------------------------------------------------------ */
 #define T 4
@@ -220,23 +195,23 @@ static void *rss_worker(void *arg) {
 }
 
 TEST(rss_falls_back_without_trim) {
-  long base = rss_kib();
+  long base = test_rss_kib();
   pthread_barrier_init(&bar, NULL, RT + 1);
   pthread_t th[RT];
   for (int i = 0; i < RT; i++) pthread_create(&th[i], NULL, rss_worker, (void *)(intptr_t)i);
   pthread_barrier_wait(&bar);
-  long peak = rss_kib();
+  long peak = test_rss_kib();
   pthread_barrier_wait(&bar);
   for (int i = 0; i < RT; i++) pthread_join(th[i], NULL);
   pthread_barrier_destroy(&bar);
-  long now = rss_kib();
+  long now = test_rss_kib();
   int ms = 0;
   for (; ms < 200; ms += 10) {
-    now = rss_kib();
+    now = test_rss_kib();
     if (now - base < 8 * 1024) break;
     void *p = hakmem_malloc(64);                          /* a little activity */
     hakmem_free(p);
-    sleep_ms(10);
+    test_sleep_ms(10);
   }
   hakmem_stats_t st;
   hakmem_stats_get(&st);

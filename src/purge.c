@@ -1,0 +1,179 @@
+/* purge.c — the purger: a background thread that returns the memory of
+ * threads that stopped calling the allocator.
+ *
+ * A heap gives memory back only from its owner's slow paths.  A worker that
+ * frees a burst of blocks and then waits for work would keep all of it: its
+ * emptied slices are never purged, and the blocks other threads freed into
+ * its pages are never even collected.  So every so often the purger looks at
+ * each heap; one whose slow paths have not run since the last look it locks
+ * and trims (heap_trim_idle): pages no thread can reach go back to their
+ * segments, and free slices to the OS once their delay has passed.  The
+ * owner's fast paths take no lock and need none: the purger leaves alone the
+ * pages they can reach.
+ *
+ * The thread exists only in processes that already have several threads (one
+ * more thread would cost a single-threaded program glibc's single-thread fast
+ * paths, and would make unshare(CLONE_NEWUSER) fail).  It sleeps while nothing
+ * needs watching; a scheduled purge, a remote free into a trimmed heap, or a
+ * trimmed heap that is used again wakes it (purge_arm).  HAKMEM_BACKGROUND=0
+ * turns it off. */
+#include "internal.h"
+#include "options.h"
+#include "stats.h"
+
+#include <signal.h>
+#include <time.h>
+
+enum { OFF, WANTED, STARTING, RUNNING, FAILED };
+static _Atomic int state;
+_Atomic int hm_purge_wanted;                 /* state == WANTED, for a cheap test */
+
+static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake_cond;             /* on CLOCK_MONOTONIC, made at start */
+static _Atomic uint64_t wake_ms;             /* next look; 0: sleep until armed */
+static bool armed;                           /* (wake_lock) purge_arm moved wake_ms earlier */
+static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;   /* a pass vs. fork */
+
+#define POLL_MAX_MS 1000
+
+/* glibc's flag (2.32 on); elsewhere: two threads have had a heap. */
+extern char __libc_single_threaded __attribute__((weak));
+static bool multi_threaded(void) {
+  if (&__libc_single_threaded) return !__libc_single_threaded;
+  return atomic_load_explicit(&hm_stat_peak[STAT_THREADS], memory_order_relaxed) >= 2;
+}
+
+static uint64_t poll_base(void) {
+  uint64_t d = (uint64_t)hm_options.purge_delay_ms;
+  return d < 5 ? 5 : d > POLL_MAX_MS ? POLL_MAX_MS : d;
+}
+
+void purge_arm(uint64_t when) {
+  int st = atomic_load_explicit(&state, memory_order_acquire);
+  if (st != RUNNING) {
+    if (st == OFF && hm_options.background && multi_threaded() &&
+        atomic_compare_exchange_strong(&state, &st, WANTED))
+      atomic_store_explicit(&hm_purge_wanted, 1, memory_order_relaxed);
+    return;                                  /* its first pass looks at everything */
+  }
+  uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed);
+  if (w && w <= when) return;                /* it looks by then anyway */
+  pthread_mutex_lock(&wake_lock);
+  w = atomic_load_explicit(&wake_ms, memory_order_relaxed);
+  if (!w || when < w) {
+    atomic_store_explicit(&wake_ms, when, memory_order_relaxed);
+    armed = true;
+    pthread_cond_signal(&wake_cond);
+  }
+  pthread_mutex_unlock(&wake_lock);
+}
+
+static uint64_t min_due(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
+
+/* One look at every heap and at the abandoned segments; returns when to look
+ * again (0: nothing to watch).  *poll backs off while nothing needs doing. */
+static uint64_t pass(uint64_t *poll) {
+  pthread_mutex_lock(&pass_lock);
+  uint64_t now = os_now_ms(), next = 0;
+  bool trimmed = false, watching = false;
+  for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
+    if (atomic_load_explicit(&h->idle, memory_order_relaxed)) continue;
+    uint64_t ops = atomic_load_explicit(&h->slow_ops, memory_order_relaxed);
+    if (ops != h->seen_ops) { h->seen_ops = ops; watching = true; continue; }   /* busy: it trims itself */
+    if (!heap_trylock(h)) { watching = true; continue; }
+    if (h->live) trimmed |= heap_trim_idle(h);
+    if (h->live && h->next_purge_ms) next = min_due(next, h->next_purge_ms);
+    else atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
+    heap_unlock(h);
+  }
+  next = min_due(next, segment_purge_abandoned(false));
+  uint64_t huge;
+  segment_huge_cache_purge(false, &huge);
+  next = min_due(next, huge);
+  pthread_mutex_unlock(&pass_lock);
+  if (trimmed) *poll = poll_base();
+  else if (*poll < POLL_MAX_MS) *poll *= 2;
+  if (watching) next = min_due(next, now + *poll);
+  return next;
+}
+
+static void *purger_main(void *arg) {
+  (void)arg;
+  uint64_t poll = poll_base();
+  for (;;) {
+    pthread_mutex_lock(&wake_lock);
+    for (;;) {
+      uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed);
+      if (w && os_now_ms() >= w) break;
+      if (!w) {
+        pthread_cond_wait(&wake_cond, &wake_lock);
+      } else {
+        struct timespec ts = { (time_t)(w / 1000), (long)(w % 1000) * 1000000L };
+        pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
+      }
+    }
+    atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+    if (armed) poll = poll_base();             /* something happened: watch closely again */
+    armed = false;
+    pthread_mutex_unlock(&wake_lock);
+    uint64_t next = pass(&poll);
+    if (next) purge_arm(next);
+  }
+  return NULL;
+}
+
+/* Called where no heap lock is held (pthread_create allocates). */
+void purge_start(void) {
+  int st = WANTED;
+  if (!atomic_compare_exchange_strong(&state, &st, STARTING)) return;
+  atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&wake_cond, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&a, 256 << 10);
+  sigset_t all, old;                         /* signals are for the program's threads */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, &a, purger_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&a);
+  atomic_store_explicit(&state, rc == 0 ? RUNNING : FAILED, memory_order_release);
+  if (rc == 0) {
+    pthread_setname_np(t, "hakmem-purge");
+    purge_arm(os_now_ms() + poll_base());
+  }
+}
+
+/* malloc_trim: trim every other heap now (those not busy in a slow path) and
+ * purge everything they and the abandoned segments hold. */
+void purge_idle_heaps(heap_t *except) {
+  pthread_mutex_lock(&pass_lock);
+  for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
+    if (h == except || !heap_trylock(h)) continue;
+    if (h->live) {
+      heap_trim_idle(h);
+      segment_purge_due(h, true, NULL);
+    }
+    heap_unlock(h);
+  }
+  segment_purge_abandoned(true);
+  pthread_mutex_unlock(&pass_lock);
+}
+
+/* fork: the child has no purger (threads do not survive fork); it starts one
+ * again if it becomes multi-threaded. */
+void purge_fork_prepare(void) { pthread_mutex_lock(&pass_lock); }
+void purge_fork_parent(void) { pthread_mutex_unlock(&pass_lock); }
+void purge_fork_child(void) {
+  pthread_mutex_init(&pass_lock, NULL);
+  pthread_mutex_init(&wake_lock, NULL);
+  atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+  atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
+  atomic_store_explicit(&state, OFF, memory_order_relaxed);
+}

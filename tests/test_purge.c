@@ -1,0 +1,212 @@
+/* The purger (src/purge.c): memory of threads that stopped calling the
+ * allocator is returned while they wait, without corrupting what they hold.
+ *
+ *  - idle workers: threads build ~120 MB (a third freed by other threads),
+ *    free everything and block; RSS must fall back without any malloc_trim
+ *    while the main thread does only fast-path work.
+ *  - races: threads alternate bursts (with remote frees) and quiet spells of
+ *    fast-path malloc/free on one size while keeping verified long-lived
+ *    blocks, so the purger trims heaps whose owners run fast paths.
+ *  - malloc_trim reaches the pages of a waiting thread that other threads
+ *    freed (it collects and returns them at once).
+ *
+ * The program runs with HAKMEM_PURGE_DELAY_MS=2 (re-executing itself with it
+ * before anything is allocated) so that the purger works often. */
+#include "test.h"
+#include "hakmem.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+TEST_ENV("HAKMEM_PURGE_DELAY_MS=2")
+
+/* ---- idle workers ---------------------------------------------------------------- */
+#define IW 4
+#define IBLOCKS 20000
+static void *iblk[IW][IBLOCKS];
+static pthread_barrier_t ibar;
+
+static void *idle_worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  uint64_t r = (uint64_t)id * 7919 + 1;
+  for (int i = 0; i < IBLOCKS; i++) {
+    uint64_t x = test_rand(&r);
+    size_t n = i % 10 == 0 ? 4096 + x % 28000 : 16 + x % 2000;
+    if (i % 500 == 0) n = 200000;
+    iblk[id][i] = hakmem_malloc(n);
+    if (iblk[id][i]) memset(iblk[id][i], id + 1, n);
+  }
+  pthread_barrier_wait(&ibar);                 /* main reads the peak */
+  pthread_barrier_wait(&ibar);
+  int next = (id + 1) % IW;                    /* a third of the frees are remote */
+  for (int i = 0; i < IBLOCKS; i++) hakmem_free(i % 3 ? iblk[id][i] : iblk[next][i]);
+  pthread_barrier_wait(&ibar);                 /* everything is free */
+  pthread_barrier_wait(&ibar);                 /* wait, calling nothing, until main is done */
+  return NULL;
+}
+
+TEST(rss_falls_back_while_threads_wait) {
+  long base = test_rss_kib();
+  pthread_barrier_init(&ibar, NULL, IW + 1);
+  pthread_t th[IW];
+  for (int i = 0; i < IW; i++) pthread_create(&th[i], NULL, idle_worker, (void *)(intptr_t)i);
+  pthread_barrier_wait(&ibar);
+  long peak = test_rss_kib();
+  pthread_barrier_wait(&ibar);
+  pthread_barrier_wait(&ibar);
+  uint64_t t0 = test_now_ms(), t = t0;
+  long now = test_rss_kib();
+  while (t - t0 < 2000) {
+    now = test_rss_kib();
+    if (now - base < 16 * 1024) break;
+    for (int i = 0; i < 100; i++) {            /* fast paths only: never reaches a slow path */
+      void *p = hakmem_malloc(64);
+      hakmem_free(p);
+    }
+    test_sleep_ms(2);
+    t = test_now_ms();
+  }
+  pthread_barrier_wait(&ibar);
+  for (int i = 0; i < IW; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&ibar);
+  NOTE("RSS %ld KiB before, %ld KiB at the peak, %ld KiB %llu ms after %d waiting threads freed everything",
+       base, peak, now, (unsigned long long)(t - t0), IW);
+  CHECKF(peak - base > 64 * 1024, "the workload should hold > 64 MB at its peak, held %ld KiB", peak - base);
+  if (!test_sanitized())
+    CHECKF(now - base < 16 * 1024, "%ld KiB above the start still resident %llu ms after the threads freed "
+           "everything and went quiet", now - base, (unsigned long long)(t - t0));
+}
+
+/* ---- the purger against owners' fast paths ---------------------------------------- */
+#define RW 4
+#define KEEP 64
+#define MAILBOX 4096
+static _Atomic(uintptr_t) mailbox[MAILBOX];
+static atomic_int race_errors;
+static _Atomic int race_stop;
+
+/* A kept block describes itself: its size and tag, then a pattern of both. */
+static void stamp(unsigned char *p, size_t n, uint64_t tag) {
+  memcpy(p, &n, sizeof n);
+  memcpy(p + 8, &tag, sizeof tag);
+  for (size_t i = 16; i < n - 1; i += 61) p[i] = (unsigned char)(tag + i);
+  p[n - 1] = (unsigned char)(tag >> 3);
+}
+static int verify(const unsigned char *p) {
+  size_t n;
+  uint64_t tag;
+  memcpy(&n, p, sizeof n);
+  memcpy(&tag, p + 8, sizeof tag);
+  if (n < 24 || n > 8192) return 0;
+  for (size_t i = 16; i < n - 1; i += 61) if (p[i] != (unsigned char)(tag + i)) return 0;
+  return p[n - 1] == (unsigned char)(tag >> 3);
+}
+
+static void *racer(void *arg) {
+  int id = (int)(intptr_t)arg;
+  uint64_t r = (uint64_t)id * 104729 + 7;
+  unsigned char *keep[KEEP] = {0};
+  void *burst[512];
+  uint64_t round = 0;
+  while (!atomic_load(&race_stop)) {
+    round++;
+    /* burst: allocate, hand a third to the mailbox, free the rest, renew some kept blocks */
+    int nb = 64 + (int)(test_rand(&r) % 448);
+    for (int i = 0; i < nb; i++) {
+      uint64_t x = test_rand(&r);
+      size_t n = 16 + (x % 8 == 0 ? x % 60000 : x % 1500);
+      burst[i] = hakmem_malloc(n);
+      if (!burst[i]) { atomic_fetch_add(&race_errors, 1); return NULL; }
+      memset(burst[i], 0xa5, 16);
+    }
+    for (int i = 0; i < nb; i++) {
+      if (i % 3 == 0) {
+        uintptr_t old = atomic_exchange(&mailbox[test_rand(&r) % MAILBOX], (uintptr_t)burst[i]);
+        if (old) hakmem_free((void *)old);         /* usually another thread's block */
+      } else {
+        hakmem_free(burst[i]);
+      }
+    }
+    for (int k = (int)(round % 4); k < KEEP; k += 4) {       /* renew a quarter of the kept blocks */
+      if (keep[k] && !verify(keep[k])) atomic_fetch_add(&race_errors, 1);
+      hakmem_free(keep[k]);
+      size_t n = 24 + test_rand(&r) % 5000;
+      if (!(keep[k] = hakmem_malloc(n))) { atomic_fetch_add(&race_errors, 1); return NULL; }
+      stamp(keep[k], n, ((uint64_t)id << 40) ^ ((uint64_t)k << 20) ^ round);
+    }
+    /* quiet spell: fast paths only, long enough for the purger to call us idle */
+    uint64_t until = test_now_ms() + 3 + test_rand(&r) % 20;
+    while (test_now_ms() < until) {
+      for (int i = 0; i < 50; i++) {
+        unsigned char *p = hakmem_malloc(48);
+        p[0] = 1;
+        p[47] = 2;
+        hakmem_free(p);
+      }
+      for (int k = 0; k < KEEP; k += 8)
+        if (keep[k] && !verify(keep[k])) atomic_fetch_add(&race_errors, 1);
+      test_sleep_ms(1);
+    }
+  }
+  for (int k = 0; k < KEEP; k++) {
+    if (keep[k] && !verify(keep[k])) atomic_fetch_add(&race_errors, 1);
+    hakmem_free(keep[k]);
+  }
+  return NULL;
+}
+
+TEST(purger_races_owner_fast_paths) {
+  hakmem_stats_t a, b;
+  hakmem_stats_get(&a);
+  pthread_t th[RW];
+  for (int i = 0; i < RW; i++) pthread_create(&th[i], NULL, racer, (void *)(intptr_t)i);
+  test_sleep_ms(test_sanitized() ? 1500 : 3000);
+  atomic_store(&race_stop, 1);
+  for (int i = 0; i < RW; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < MAILBOX; i++) hakmem_free((void *)atomic_exchange(&mailbox[i], 0));
+  hakmem_stats_get(&b);
+  NOTE("%zu MiB purged meanwhile", (b.purged - a.purged) >> 20);
+  CHECKF(atomic_load(&race_errors) == 0, "%d corrupted blocks or failed allocations", atomic_load(&race_errors));
+  CHECK(b.purged > a.purged);
+}
+
+/* ---- malloc_trim reaches a waiting thread ------------------------------------------ */
+#define TBLOCKS 200000
+static void *tblk[TBLOCKS];
+static pthread_barrier_t tbar;
+
+static void *trim_owner(void *arg) {
+  (void)arg;
+  for (int i = 0; i < TBLOCKS; i++) {
+    tblk[i] = hakmem_malloc(200);
+    if (tblk[i]) memset(tblk[i], 7, 200);
+  }
+  pthread_barrier_wait(&tbar);          /* main frees them all */
+  pthread_barrier_wait(&tbar);          /* main trims and measures */
+  return NULL;
+}
+
+TEST(malloc_trim_reaches_waiting_thread) {
+  pthread_barrier_init(&tbar, NULL, 2);
+  pthread_t t;
+  long base = test_rss_kib();
+  pthread_create(&t, NULL, trim_owner, NULL);
+  pthread_barrier_wait(&tbar);
+  long full = test_rss_kib();
+  for (int i = 0; i < TBLOCKS; i++) hakmem_free(tblk[i]);      /* all remote frees */
+  int r = hakmem_malloc_trim(0);
+  long trimmed = test_rss_kib();
+  pthread_barrier_wait(&tbar);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&tbar);
+  NOTE("RSS %ld KiB before, %ld KiB with 200000 blocks of a waiting thread, %ld KiB after another thread "
+       "freed them and called malloc_trim (%d)", base, full, trimmed, r);
+  CHECK(r == 1);
+  if (!test_sanitized())
+    CHECKF(full - trimmed > 30 * 1024, "malloc_trim returned only %ld KiB of ~40 MB freed", full - trimmed);
+}
+
+TEST_MAIN()
