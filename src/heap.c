@@ -305,6 +305,7 @@ bool heap_trim_idle(heap_t *h) {
     if (page_unreachable(pg, 1)) {
       pageq_remove(&h->full, pg);
       segment_page_free(pg);
+      stat_os(STAT_TRIMMED);
       freed = true;
     } else {
       /* (the sender left the state NORMAL; the owner's pass sets it again) */
@@ -323,7 +324,12 @@ bool heap_trim_idle(heap_t *h) {
     page_t *first = h->queue[c].first;
     for (page_t *pg = first ? first->next : NULL, *next; pg; pg = next) {
       next = pg->next;
-      if (page_unreachable(pg, 0)) { pageq_remove(&h->queue[c], pg); segment_page_free(pg); freed = true; }
+      if (page_unreachable(pg, 0)) {
+        pageq_remove(&h->queue[c], pg);
+        segment_page_free(pg);
+        stat_os(STAT_TRIMMED);
+        freed = true;
+      }
     }
   }
   segment_purge_due(h, false, NULL);

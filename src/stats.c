@@ -77,7 +77,7 @@ void stats_print(int fd) {
            "  memory      %.1f MiB in blocks in use, %.1f MiB committed, %.1f MiB mapped (peak %.1f, cached %.1f); process RSS %.1f MiB\n"
            "  returned    %.1f MiB purged in total\n"
            "  segments    %lld now, %lld peak; pages %lld now, %lld peak; huge blocks %lld now, %lld peak, %lld cached\n"
-           "  threads     %lld live, %lld peak; segments abandoned %lld, reclaimed %lld\n"
+           "  threads     %lld live, %lld peak; segments abandoned %lld, reclaimed %lld; %lld pages taken back from quiet threads\n"
            "  os calls    mmap %lld, munmap %lld, madvise %lld, mremap %lld\n",
            (int)getpid(), mib(c.in_use), mib(c.committed), mib(c.mapped), mib((uint64_t)peak(STAT_MAPPED)),
            mib(c.cached), mib(process_rss()), mib((uint64_t)get(STAT_PURGED)),
@@ -85,7 +85,7 @@ void stats_print(int fd) {
            (long long)get(STAT_PAGES), (long long)peak(STAT_PAGES),
            (long long)get(STAT_HUGE), (long long)peak(STAT_HUGE), (long long)get(STAT_HUGE_CACHED),
            (long long)get(STAT_THREADS), (long long)peak(STAT_THREADS),
-           (long long)get(STAT_ABANDONED), (long long)get(STAT_RECLAIMED),
+           (long long)get(STAT_ABANDONED), (long long)get(STAT_RECLAIMED), (long long)get(STAT_TRIMMED),
            (long long)get(STAT_OS_MMAP), (long long)get(STAT_OS_MUNMAP),
            (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP));
   if (hm_slow_mode) {

@@ -20,6 +20,7 @@ enum {
   STAT_PAGES,         /* pages in use */
   STAT_ABANDONED,     /* segments abandoned by exiting threads (cumulative) */
   STAT_RECLAIMED,     /* segments adopted by live threads (cumulative) */
+  STAT_TRIMMED,       /* pages the purger took back from quiet threads (cumulative) */
   STAT_THREADS,       /* live heaps */
   /* slow mode only (cumulative) */
   STAT_REQUESTED,     /* bytes asked for by malloc & co. */
