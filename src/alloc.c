@@ -38,10 +38,13 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
   return pg;
 }
 
-/* Does the owner see b on a free list of pg?  (cheap test first) */
-static bool owner_sees_free(page_t *pg, const void *p) {
-  uintptr_t cand = dec(pg, ((const block_t *)p)->next);
-  return (cand == 0 || cand - (uintptr_t)pg->start < page_area(pg)) && page_contains_free(pg, (uintptr_t)p);
+/* Has block p of pg been freed?  The owner confirms on its free lists; any
+ * other thread goes by the block's look (block_looks_free), and for a large
+ * block by its page's flag. */
+static bool already_freed(page_t *pg, const void *p) {
+  if (pg->cls == CLASS_LARGE) return atomic_load_explicit(&pg->freed, memory_order_relaxed);
+  if (!block_looks_free(pg, p)) return false;
+  return atomic_load_explicit(&pg->heap, memory_order_relaxed) != hm_tls_heap || page_contains_free(pg, (uintptr_t)p);
 }
 
 HM_COLD void hm_free_slow(void *p) {
@@ -50,6 +53,8 @@ HM_COLD void hm_free_slow(void *p) {
   page_t *pg = lookup(p, &s, "free");
   if (unlikely(hm_slow_mode)) stats_count_free(pg);
   if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
+  if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
+    hm_fatal("double free", p, pg);
   heap_t *h = hm_tls_heap;
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
   if (owner == h) {
@@ -70,6 +75,8 @@ HM_COLD void hm_free_slow(void *p) {
       if (adopted) return;
     }
   }
+  /* (the owner's fast path checks its own frees; a remote one is checked here) */
+  if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
   if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_SENT);
   page_free_remote(pg, (block_t *)p);
   /* An owner the purger found idle does not collect this: have it looked at. */
@@ -166,9 +173,7 @@ void *hm_realloc(void *p, size_t n) {
   if (n == 0) { hm_free_fast(p); return NULL; }   /* glibc frees and returns NULL */
   segment_t *s;
   page_t *pg = lookup(p, &s, "realloc");
-  if (pg->cls < CLASSES && atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap &&
-      owner_sees_free(pg, p))
-    hm_fatal("realloc of a freed block", p, pg);
+  if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("realloc of a freed block", p, pg);
   size_t usable = pg->block_size;
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
   if (n <= usable && n >= usable / 2) return p;           /* fits, and not wastefully */

@@ -266,8 +266,8 @@ void heap_free_local(heap_t *h, page_t *pg, block_t *b) {
 void heap_collect_delayed(heap_t *h) {
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire);
   while (b) {
-    uintptr_t next = ((block_t *)b)->next;
-    page_t *pg = page_of(segment_of((void *)b), (void *)b);
+    page_t *pg;
+    uintptr_t next = delayed_next(b, &pg);
     page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
     if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_RECEIVED);
     if (atomic_load_explicit(&pg->heap, memory_order_relaxed) == h) heap_free_local(h, pg, (block_t *)b);
@@ -299,8 +299,8 @@ bool heap_trim_idle(heap_t *h) {
   bool freed = false;
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire), keep = 0, keep_last = 0;
   while (b) {
-    uintptr_t next = ((block_t *)b)->next;
-    page_t *pg = page_of(segment_of((void *)b), (void *)b);
+    page_t *pg;
+    uintptr_t next = delayed_next(b, &pg);
     page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
     if (page_unreachable(pg, 1)) {
       pageq_remove(&h->full, pg);
@@ -309,17 +309,13 @@ bool heap_trim_idle(heap_t *h) {
       freed = true;
     } else {
       /* (the sender left the state NORMAL; the owner's pass sets it again) */
-      ((block_t *)b)->next = keep;
+      ((block_t *)b)->next = enc(pg, keep);
       if (!keep) keep_last = b;
       keep = b;
     }
     b = next;
   }
-  if (keep) {
-    uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
-    do ((block_t *)keep_last)->next = d;
-    while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, keep, memory_order_release, memory_order_relaxed));
-  }
+  if (keep) delayed_push(h, (block_t *)keep, (block_t *)keep_last);
   for (size_t c = 0; c < CLASSES; c++) {
     page_t *first = h->queue[c].first;
     for (page_t *pg = first ? first->next : NULL, *next; pg; pg = next) {

@@ -94,6 +94,7 @@ typedef struct page_s {
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
   uint8_t is_zero;               /* carved-but-never-used memory is zero */
+  _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
@@ -118,6 +119,16 @@ static inline size_t page_area(const page_t *pg) { return atomic_load_explicit(&
 static inline void page_set_area(page_t *pg, size_t a) { atomic_store_explicit(&pg->area, a, memory_order_relaxed); }
 static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
 static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
+
+/* Does block b (of pg, not known to be live) look free?  A free block's first
+ * word is an encoded link: it decodes to 0 or into the page.  A live block's
+ * first word is the program's data (or 0 from malloc, which decodes to the
+ * key, never a user address), so a live block looks free by chance with
+ * probability about area / 2^64. */
+static inline bool block_looks_free(const page_t *pg, const void *b) {
+  uintptr_t cand = dec(pg, ((const block_t *)b)->next);
+  return cand == 0 || cand - (uintptr_t)pg->start < page_area(pg);
+}
 
 /* ---- segments ------------------------------------------------------------ */
 typedef struct segment_s {
@@ -241,6 +252,12 @@ bool  page_contains_free(page_t *pg, uintptr_t b);
 void *page_block_start(page_t *pg, const void *p);
 void  page_unpark(heap_t *h, page_t *pg);
 bool  page_unreachable(page_t *pg, uint32_t elsewhere);
+void  delayed_push(heap_t *h, block_t *first, block_t *last);
+/* A block on a delayed list: its page, and the next block. */
+static inline uintptr_t delayed_next(uintptr_t b, page_t **pg) {
+  *pg = page_of(segment_of((void *)b), (void *)b);
+  return dec(*pg, ((block_t *)b)->next);
+}
 
 /* heap.c */
 heap_t *heap_get(void);                            /* this thread's heap, made on demand */

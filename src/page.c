@@ -76,16 +76,28 @@ void page_collect(page_t *pg) {
   if (unlikely(hm_slow_mode)) stat_count(STAT_REMOTE_RECEIVED, n);
 }
 
+/* A link read from a free list must lead to a block start of the page. */
+static void check_link(page_t *pg, uintptr_t q) {
+  uintptr_t off = q - (uintptr_t)pg->start;
+  if (off >= page_area(pg) || off * pg->magic >= pg->magic)
+    hm_fatal("corrupted free list (a write to a freed block?)", (void *)q, pg);
+}
+
 /* Is block b on one of the page's free lists?  Only the owner may ask; this is
- * the slow confirmation of a suspected double free. */
+ * the slow confirmation of a suspected double free.  A bad link on the way is
+ * reported. */
 bool page_contains_free(page_t *pg, uintptr_t b) {
   uint32_t limit = pg->capacity + 1;
-  for (uintptr_t q = pg->free; q && limit--; q = dec(pg, ((block_t *)q)->next))
+  for (uintptr_t q = pg->free; q && limit--; q = dec(pg, ((block_t *)q)->next)) {
+    check_link(pg, q);
     if (q == b) return true;
+  }
   limit = pg->capacity + 1;
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire) & ~(uintptr_t)TF_MASK;
-  for (uintptr_t q = tf; q && limit--; q = dec(pg, ((block_t *)q)->next))
+  for (uintptr_t q = tf; q && limit--; q = dec(pg, ((block_t *)q)->next)) {
+    check_link(pg, q);
     if (q == b) return true;
+  }
   return false;
 }
 
@@ -135,11 +147,7 @@ void page_free_remote(page_t *pg, block_t *b) {
       if (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (tf & ~(uintptr_t)TF_MASK) | TF_BUSY,
                                                  memory_order_acquire, memory_order_relaxed))
         continue;
-      heap_t *h = atomic_load_explicit(&pg->heap, memory_order_acquire);
-      uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
-      do b->next = d;   /* the delayed list holds raw pointers: blocks of many pages */
-      while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, (uintptr_t)b,
-                                                    memory_order_release, memory_order_relaxed));
+      delayed_push(atomic_load_explicit(&pg->heap, memory_order_acquire), b, b);
       tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
       while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, tf & ~(uintptr_t)TF_MASK,
                                                     memory_order_release, memory_order_relaxed)) {}
@@ -150,6 +158,17 @@ void page_free_remote(page_t *pg, block_t *b) {
                                               memory_order_release, memory_order_relaxed))
       return;
   }
+}
+
+/* Push the chain first..last onto h's delayed list.  The list holds blocks of
+ * many pages: each link is encoded with the key of its own block's page
+ * (delayed_next decodes it), so a block on it still looks free. */
+void delayed_push(heap_t *h, block_t *first, block_t *last) {
+  const page_t *lp = page_of(segment_of(last), last);
+  uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
+  do last->next = enc(lp, d);
+  while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, (uintptr_t)first,
+                                                memory_order_release, memory_order_relaxed));
 }
 
 /* Wait until no remote thread is in the middle of handing a block of pg to

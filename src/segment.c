@@ -409,7 +409,11 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
 }
 
 void segment_huge_free(segment_t *s) {
-  segmap_set(s, 0);
+  /* claim the block: of two racing frees, the second is reported */
+  uint8_t expect = SEGMAP_HUGE;
+  if (!atomic_compare_exchange_strong_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], &expect, 0,
+                                               memory_order_acq_rel, memory_order_relaxed))
+    hm_fatal("double free", s->pages[1].start, &s->pages[1]);
   stat_dec(STAT_HUGE);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4) { segment_unmap(s); return; }
   uint64_t now = os_now_ms();
