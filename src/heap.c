@@ -291,6 +291,20 @@ void heap_collect_all(heap_t *h) {
   }
 }
 
+/* Give pg back if no thread can reach it (but 'elsewhere' of its blocks are
+ * known free).  A queue's first page is left alone: malloc's fast path
+ * allocates from it.  A page on a delayed list may have been unparked by its
+ * owner since, so its flag tells which list it is on. */
+static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
+  bool parked = pg->flags & PAGE_FULL;
+  if (!parked && h->queue[pg->cls].first == pg) return false;
+  if (!page_unreachable(pg, elsewhere)) return false;
+  pageq_remove(parked ? &h->full : &h->queue[pg->cls], pg);
+  segment_page_free(pg);
+  stat_os(STAT_TRIMMED);
+  return true;
+}
+
 /* The purger (h locked, its owner perhaps running fast paths): give back the
  * pages no thread can reach any more (page_unreachable), then purge what is
  * due.  Blocks handed over on the delayed list count as free; those of pages
@@ -302,10 +316,7 @@ bool heap_trim_idle(heap_t *h) {
     page_t *pg;
     uintptr_t next = delayed_next(b, &pg);
     page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
-    if (page_unreachable(pg, 1)) {
-      pageq_remove(&h->full, pg);
-      segment_page_free(pg);
-      stat_os(STAT_TRIMMED);
+    if (trim_page(h, pg, 1)) {
       freed = true;
     } else {
       /* (the sender left the state NORMAL; the owner's pass sets it again) */
@@ -317,15 +328,9 @@ bool heap_trim_idle(heap_t *h) {
   }
   if (keep) delayed_push(h, (block_t *)keep, (block_t *)keep_last);
   for (size_t c = 0; c < CLASSES; c++) {
-    page_t *first = h->queue[c].first;
-    for (page_t *pg = first ? first->next : NULL, *next; pg; pg = next) {
+    for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
       next = pg->next;
-      if (page_unreachable(pg, 0)) {
-        pageq_remove(&h->queue[c], pg);
-        segment_page_free(pg);
-        stat_os(STAT_TRIMMED);
-        freed = true;
-      }
+      freed |= trim_page(h, pg, 0);
     }
   }
   segment_purge_due(h, false, NULL);
