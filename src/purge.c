@@ -86,7 +86,9 @@ static uint64_t pass(uint64_t *poll) {
     else atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
     heap_unlock(h);
   }
-  next = min_due(next, segment_purge_abandoned(false));
+  size_t abandoned;                          /* (their late remote frees reach nobody) */
+  next = min_due(next, segment_tidy_abandoned(false, &abandoned));
+  watching |= abandoned > 0;
   uint64_t huge;
   segment_huge_cache_purge(false, &huge);
   next = min_due(next, huge);
@@ -162,7 +164,8 @@ void purge_idle_heaps(heap_t *except) {
     }
     heap_unlock(h);
   }
-  segment_purge_abandoned(true);
+  size_t left;
+  segment_tidy_abandoned(true, &left);
   pthread_mutex_unlock(&pass_lock);
 }
 

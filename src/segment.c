@@ -126,9 +126,8 @@ static void segment_purge(segment_t *s, uint64_t mask) {
 
 void segment_unlink(heap_t *h, segment_t *s) { list_remove(&h->segments, s); }
 
-/* An empty segment leaves its heap: to the cache (purged) or to the OS. */
-void segment_release_empty(heap_t *h, segment_t *s) {
-  list_remove(&h->segments, s);
+/* An empty segment, on no list any more, goes to the cache (purged) or to the OS. */
+static void segment_discard(segment_t *s) {
   segmap_set(s, 0);
   s->heap = NULL;
   segment_purge(s, ~0ull);
@@ -140,6 +139,12 @@ void segment_release_empty(heap_t *h, segment_t *s) {
   }
   pthread_mutex_unlock(&cache_lock);
   if (s) { stat_dec(STAT_SEGMENTS); segment_unmap(s); }
+}
+
+/* An empty segment leaves its heap. */
+void segment_release_empty(heap_t *h, segment_t *s) {
+  list_remove(&h->segments, s);
+  segment_discard(s);
 }
 
 bool segment_cache_trim(void) {
@@ -575,13 +580,18 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
   return !segment_after_free(h, s);
 }
 
+/* Take s off the abandoned list (abandoned_lock held). */
+static void abandoned_take(segment_t *s) {
+  list_remove(&abandoned, s);
+  atomic_store_explicit(&s->abandoned, 0, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+}
+
 bool segment_try_reclaim(heap_t *h, segment_t *s) {
   bool got = false;
   pthread_mutex_lock(&abandoned_lock);
   if (atomic_load_explicit(&s->abandoned, memory_order_relaxed)) {
-    list_remove(&abandoned, s);
-    atomic_store_explicit(&s->abandoned, 0, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
+    abandoned_take(s);
     got = true;
   }
   pthread_mutex_unlock(&abandoned_lock);
@@ -593,27 +603,48 @@ segment_t *segment_reclaim_any(heap_t *h) {
   if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
   segment_t *s = NULL;
   pthread_mutex_lock(&abandoned_lock);
-  if ((s = abandoned) != NULL) {
-    list_remove(&abandoned, s);
-    atomic_store_explicit(&s->abandoned, 0, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
-  }
+  if ((s = abandoned) != NULL) abandoned_take(s);
   pthread_mutex_unlock(&abandoned_lock);
   if (!s) return NULL;
   return segment_adopt(h, s) ? s : segment_reclaim_any(h);
 }
 
-/* The purger: purge the free slices of abandoned segments whose delay has
- * passed (all of them if force).  Returns the next deadline, 0 if none. */
-uint64_t segment_purge_abandoned(bool force) {
+/* The purger (and malloc_trim) on the segments of exited threads: collect
+ * the frees that reached them after their owner left (no thread owns their
+ * pages, and none can adopt one while we hold the lock), give back the pages
+ * and segments that are empty now, and purge free slices whose delay has
+ * passed (all of them if force).  Returns the next deadline, 0 if none;
+ * *left: how many segments stay abandoned. */
+uint64_t segment_tidy_abandoned(bool force, size_t *left) {
   uint64_t now = os_now_ms(), next = 0;
+  segment_t *empty = NULL;
   pthread_mutex_lock(&abandoned_lock);
-  for (segment_t *s = abandoned; s; s = s->next) {
-    if (!(s->dirty_slices & ~s->used_slices) || !s->purge_ms) continue;
+  for (segment_t *s = abandoned, *snext; s; s = snext) {
+    snext = s->next;
+    for (size_t i = 1; i < SLICES; i++) {
+      page_t *pg = &s->pages[i];
+      if (s->slice_page[i] != pg) continue;
+      page_collect(pg);
+      if (page_used(pg) == 0) page_slices_free(s, pg);
+    }
+    if (s->used_slices == 1) {
+      abandoned_take(s);
+      s->next = empty;
+      empty = s;
+      continue;
+    }
+    if (!(s->dirty_slices & ~s->used_slices)) continue;
+    if (!s->purge_ms) s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
     if (force || now >= s->purge_ms) { segment_purge(s, ~0ull); s->purge_ms = 0; }
     else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
+  *left = atomic_load_explicit(&abandoned_count, memory_order_relaxed);
   pthread_mutex_unlock(&abandoned_lock);
+  while (empty) {
+    segment_t *s = empty;
+    empty = s->next;
+    segment_discard(s);
+  }
   return next;
 }
 
