@@ -46,7 +46,7 @@ TEST_SRCS = $(wildcard tests/test_*.c)
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pthread
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(OBJS) | $(BUILD)/tests
+$(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h $(OBJS) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(OBJS) -pthread
 
 test: all $(TEST_BINS)
@@ -55,7 +55,7 @@ test: all $(TEST_BINS)
 # Sanitizer builds: hakmem is compiled with the sanitizer and linked into the
 # tests under its hakmem_* names only (HAKMEM_NO_OVERRIDE), so the sanitizer's
 # own malloc stays in charge of the C library while it checks hakmem's code.
-SAN_TESTS = $(filter test_api test_sizeclass test_integrity test_mt test_lineage test_stats test_purge,$(TEST_SRCS:tests/%.c=%))
+SAN_TESTS = $(filter test_api test_sizeclass test_integrity test_mt test_lineage test_stats test_purge test_secure,$(TEST_SRCS:tests/%.c=%))
 test-sanitize:
 	$(MAKE) BUILD=build/asan CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -DHAKMEM_NO_OVERRIDE" san-run
 	$(MAKE) BUILD=build/tsan CC=clang CFLAGS="-O1 -g -fsanitize=thread -DHAKMEM_NO_OVERRIDE" san-run

@@ -47,7 +47,7 @@ typedef struct hakmem_stats_s {
   size_t segments;        /* 4 MiB segments mapped */
   size_t huge_blocks;     /* live blocks above 2 MiB (each has its own mapping) */
   size_t threads;         /* threads that have a heap */
-  size_t mmap_calls, munmap_calls, madvise_calls, mremap_calls;
+  size_t mmap_calls, munmap_calls, madvise_calls, mremap_calls, mprotect_calls;
   size_t mallocs, frees;  /* (stats) allocations and frees since start */
   size_t requested;       /* (stats) bytes requested since start */
   size_t remote_frees;    /* (stats) frees of blocks another thread allocated */

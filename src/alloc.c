@@ -43,6 +43,7 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
  * block by its page's flag. */
 static bool already_freed(page_t *pg, const void *p) {
   if (pg->cls == CLASS_LARGE) return atomic_load_explicit(&pg->freed, memory_order_relaxed);
+  if (hm_secure) return secure_is_free(pg, p);
   if (!block_looks_free(pg, p)) return false;
   return atomic_load_explicit(&pg->heap, memory_order_relaxed) != hm_tls_heap || page_contains_free(pg, (uintptr_t)p);
 }
@@ -55,6 +56,18 @@ HM_COLD void hm_free_slow(void *p) {
   if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
     hm_fatal("double free", p, pg);
+  if (unlikely(hm_secure)) {                  /* quarantined: another block leaves instead */
+    if (!(p = secure_free(pg, p))) return;
+    s = segment_of(p);
+    pg = page_of(s, p);
+  }
+  hm_free_release(s, pg, p);
+}
+
+/* Release block p of page pg: to the owner's free list if that is this
+ * thread, else to the page's remote list (adopting the segment if its owner
+ * exited). */
+void hm_free_release(segment_t *s, page_t *pg, void *p) {
   heap_t *h = hm_tls_heap;
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
   if (owner == h) {
@@ -215,6 +228,7 @@ int hm_malloc_trim(size_t pad) {
   heap_t *h = hm_tls_heap;
   int64_t before = atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed);
   if (h != &hm_heap_empty) {
+    if (hm_secure) secure_flush(h);
     heap_enter(h);
     heap_collect_all(h);
     segment_purge_due(h, true, NULL);

@@ -185,7 +185,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
   page_t *pg = find_page(h, c);
   if (!pg) return enomem();
-  return hm_page_pop(pg);
+  return unlikely(hm_secure) ? secure_pop(pg) : hm_page_pop(pg);
 }
 
 /* Blocks above the largest class: a run of slices in one of the heap's
@@ -195,14 +195,15 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
   if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= LARGE_MAX && slack <= LARGE_MAX) {
-    size_t slices = (n + slack + SLICE_SIZE - 1) / SLICE_SIZE;
+    size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
     if (slices < SLICES) {
       page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE);
       if (!pg) return enomem();
       segment_t *s = segment_of(pg);
       uint8_t *run = (uint8_t *)s + (size_t)(pg - s->pages) * SLICE_SIZE;
       uint8_t *blk = align > SLICE_SIZE ? (uint8_t *)(((uintptr_t)run + align - 1) & ~(uintptr_t)(align - 1)) : run;
-      size_t bs = (size_t)(run + slices * SLICE_SIZE - blk);
+      size_t bs = (size_t)(run + slices * SLICE_SIZE - blk) - secure_guard();
+      secure_guard_set(run, slices * SLICE_SIZE, true);
       pg->start = blk;
       pg->block_size = bs;
       page_set_area(pg, bs);
@@ -429,6 +430,7 @@ static void heap_done(heap_t *h) {
 static void heap_thread_done(void *arg) {
   heap_t *h = arg;
   if (!h || h == &hm_heap_empty) return;
+  if (hm_secure) secure_flush(h);
   lock_raw(h);
   heap_done(h);
   h->live = false;

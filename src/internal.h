@@ -190,6 +190,7 @@ typedef struct heap_s {
   _Atomic uint32_t lock;         /* slow paths of the owner vs. the purger */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
+  struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
@@ -208,6 +209,7 @@ void *os_map(size_t size);                        /* zeroed, NULL on failure */
 void *os_map_aligned(size_t size, size_t align);
 void  os_unmap(void *p, size_t size);
 void  os_purge(void *p, size_t size);             /* drop contents, keep mapping */
+void  os_protect(void *p, size_t size, bool access); /* access or a guard (PROT_NONE) */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed); /* NULL on failure */
 bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
 uint64_t os_now_ms(void);
@@ -286,8 +288,21 @@ static inline void purge_start_if_wanted(void) {
 void purge_idle_heaps(heap_t *except);             /* malloc_trim: trim every idle heap now */
 void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(void);
 
+/* secure.c: the hardened mode (HAKMEM_SECURE); all of it on slow paths */
+extern bool hm_secure;
+extern int hm_secure_level;
+void  secure_page_init(page_t *pg);
+void  secure_carve(page_t *pg, uint8_t *first, size_t n);
+void *secure_pop(page_t *pg);
+void *secure_free(page_t *pg, void *p);            /* the block to release now, or NULL */
+void  secure_flush(heap_t *h);
+bool  secure_is_free(page_t *pg, const void *p);
+size_t secure_guard(void);                         /* OS_PAGE in secure mode, else 0 */
+void  secure_guard_set(void *p, size_t size, bool on);
+
 /* alloc.c: the API behind both the hakmem_* and the standard names */
 void hm_free_slow(void *p);
+void hm_free_release(segment_t *s, page_t *pg, void *p);   /* free a checked block */
 void  *hm_malloc(size_t n);
 void   hm_free(void *p);
 void  *hm_calloc(size_t n, size_t size);

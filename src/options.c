@@ -28,6 +28,8 @@ static const struct option_def {
     "MiB of freed blocks above 2 MiB kept mapped for reuse (purged after the delay)" },
   { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1,
     "1: once the process has several threads, a background thread returns the free memory of threads that went quiet" },
+  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2,
+    "1: hardened mode (exact double-free detection, checked free lists, quarantine, guard pages); 2: also zero freed blocks" },
   { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1,
     "1: count every allocation and print a statistics report to stderr at exit" },
 };
@@ -49,6 +51,8 @@ void options_init(void) {
     *o->value = v;
   }
   if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
-  hm_slow_mode = hm_options.stats != 0;
+  hm_secure_level = (int)hm_options.secure;
+  hm_secure = hm_secure_level > 0;
+  hm_slow_mode = hm_options.stats || hm_secure;
   hm_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
 }

@@ -9,12 +9,14 @@ typedef struct options_s {
   long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
   long huge_cache_mb;    /* HAKMEM_HUGE_CACHE_MB */
   long background;       /* HAKMEM_BACKGROUND */
+  long secure;           /* HAKMEM_SECURE */
   long stats;            /* HAKMEM_STATS */
 } options_t;
 
 extern options_t hm_options;
-/* Slow mode (stats on): malloc and free skip their fast paths so each call can
- * be counted; pages carry PAGE_SLOW (hm_page_flags) to send free() there. */
+/* Slow mode (stats or secure on): malloc and free skip their fast paths so
+ * each call can be counted or checked; pages carry PAGE_SLOW (hm_page_flags)
+ * to send free() there. */
 extern bool hm_slow_mode;
 extern uint8_t hm_page_flags;
 void options_init(void);

@@ -50,6 +50,14 @@ void os_purge(void *p, size_t size) {
   if (madvise(p, size, MADV_DONTNEED) == 0) stat_add(STAT_PURGED, size);
 }
 
+/* Make whole pages accessible again, or a guard that faults on any access
+ * (secure mode).  A failure (e.g. vm.max_map_count reached) leaves them as
+ * they were: an unguarded page still works. */
+void os_protect(void *p, size_t size, bool access) {
+  stat_os(STAT_OS_MPROTECT);
+  mprotect(p, size, access ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
 /* Move or resize a mapping; with fixed != NULL the result lands exactly there
  * (replacing what was mapped at fixed).  NULL on failure, old mapping intact. */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed) {

@@ -17,7 +17,12 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   size_t first = (size_t)(pg - s->pages);
   pg->start = (uint8_t *)s + first * SLICE_SIZE;
   pg->block_size = block_size;
-  pg->reserved = (uint32_t)(pg->slices * SLICE_SIZE / block_size);
+  size_t span = pg->slices * SLICE_SIZE - secure_guard();        /* secure mode: a guard page at the end */
+  pg->reserved = (uint32_t)(span / block_size);
+  if (hm_secure) {
+    secure_guard_set(pg->start, pg->slices * SLICE_SIZE, true);
+    secure_page_init(pg);
+  }
   pg->capacity = 0;
   page_set_area(pg, 0);
   pg->free = 0;
@@ -46,11 +51,15 @@ bool page_extend(page_t *pg) {
   if (n < 4) n = 4;
   if (n > left) n = left;
   uint8_t *first = pg->start + (size_t)pg->capacity * pg->block_size;
-  uint8_t *b = first;
-  for (size_t i = 1; i < n; i++, b += pg->block_size)
-    ((block_t *)b)->next = enc(pg, (uintptr_t)(b + pg->block_size));
-  ((block_t *)b)->next = enc(pg, pg->free);
-  pg->free = (uintptr_t)first;
+  if (unlikely(hm_secure)) {
+    secure_carve(pg, first, n);
+  } else {
+    uint8_t *b = first;
+    for (size_t i = 1; i < n; i++, b += pg->block_size)
+      ((block_t *)b)->next = enc(pg, (uintptr_t)(b + pg->block_size));
+    ((block_t *)b)->next = enc(pg, pg->free);
+    pg->free = (uintptr_t)first;
+  }
   pg->capacity += (uint32_t)n;
   page_set_area(pg, (size_t)pg->capacity * pg->block_size);
   return true;

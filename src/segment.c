@@ -213,6 +213,7 @@ static void page_slices_free(segment_t *s, page_t *pg) {
   size_t i = (size_t)(pg - s->pages), n = pg->slices;
   uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
+  secure_guard_set((uint8_t *)s + i * SLICE_SIZE, n * SLICE_SIZE, false);
   pg->slices = 0;
   atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
   s->used_slices &= ~mask;
@@ -247,6 +248,7 @@ void segment_page_free(page_t *pg) {
 /* Resize a large block's run of slices in place: shrink always works, growth
  * when the slices after the run are free.  Owner thread only. */
 bool segment_large_resize(page_t *pg, size_t slices) {
+  if (hm_secure) return false;                /* (its guard page would have to move) */
   segment_t *s = segment_of(pg);
   size_t i = (size_t)(pg - s->pages), n = pg->slices;
   if (slices == n) return true;
@@ -372,11 +374,11 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   size_t off = align > SLICE_SIZE ? align : SLICE_SIZE;
   if (align >= SEG_SIZE) off = SEG_SIZE;
   size_t usable = (size + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
-  if (usable < size || usable > SIZE_MAX - off - align) return NULL;
-  size_t total = off + usable;
+  if (usable < size || usable > SIZE_MAX - off - align - OS_PAGE) return NULL;
+  size_t total = off + usable + secure_guard();
   segment_t *s;
   bool zero = true, fresh = true;
-  if (align <= SLICE_SIZE && (s = huge_cache_take(total)) != NULL) {
+  if (align <= SLICE_SIZE && !hm_secure && (s = huge_cache_take(total)) != NULL) {
     zero = s->purge_ms == 0;           /* purged memory reads as zero */
     fresh = false;
     total = s->size;
@@ -393,6 +395,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
     if (tail) os_unmap((uint8_t *)s + total, tail);
   }
   if (!s) return NULL;
+  secure_guard_set(s, total, true);
   segment_header_init(s, total, fresh);
   if (fresh) registry_add(s);
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
@@ -420,7 +423,7 @@ void segment_huge_free(segment_t *s) {
                                                memory_order_acq_rel, memory_order_relaxed))
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
   stat_dec(STAT_HUGE);
-  if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4) { segment_unmap(s); return; }
+  if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { segment_unmap(s); return; }
   uint64_t now = os_now_ms();
   stat_inc(STAT_HUGE_CACHED);
   pthread_mutex_lock(&huge_lock);
@@ -439,6 +442,7 @@ void segment_huge_free(segment_t *s) {
  * chunk of a SEG_SIZE-aligned mapping, so a move goes to a freshly reserved
  * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
 void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
+  if (hm_secure) return NULL;                 /* (its guard page would have to move) */
   size_t off = (size_t)(pg->start - (uint8_t *)s);
   /* Growth reserves 50 % extra address space (untouched, so it costs no
    * memory) so that a buffer grown step by step remaps rarely. */

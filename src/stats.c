@@ -78,7 +78,7 @@ void stats_print(int fd) {
            "  returned    %.1f MiB purged in total\n"
            "  segments    %lld now, %lld peak; pages %lld now, %lld peak; huge blocks %lld now, %lld peak, %lld cached\n"
            "  threads     %lld live, %lld peak; segments abandoned %lld, reclaimed %lld; %lld pages taken back from quiet threads\n"
-           "  os calls    mmap %lld, munmap %lld, madvise %lld, mremap %lld\n",
+           "  os calls    mmap %lld, munmap %lld, madvise %lld, mremap %lld, mprotect %lld\n",
            (int)getpid(), mib(c.in_use), mib(c.committed), mib(c.mapped), mib((uint64_t)peak(STAT_MAPPED)),
            mib(c.cached), mib(process_rss()), mib((uint64_t)get(STAT_PURGED)),
            (long long)get(STAT_SEGMENTS), (long long)peak(STAT_SEGMENTS),
@@ -87,7 +87,7 @@ void stats_print(int fd) {
            (long long)get(STAT_THREADS), (long long)peak(STAT_THREADS),
            (long long)get(STAT_ABANDONED), (long long)get(STAT_RECLAIMED), (long long)get(STAT_TRIMMED),
            (long long)get(STAT_OS_MMAP), (long long)get(STAT_OS_MUNMAP),
-           (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP));
+           (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP), (long long)get(STAT_OS_MPROTECT));
   if (hm_slow_mode) {
     int64_t hits = get(STAT_HITS), refills = get(STAT_REFILLS);
     hm_print(fd, "  calls       %lld mallocs, %lld frees; %.1f %% of class mallocs served by the current page\n"
@@ -142,6 +142,7 @@ void hm_stats_get(hakmem_stats_t *st) {
   st->munmap_calls = (size_t)get(STAT_OS_MUNMAP);
   st->madvise_calls = (size_t)get(STAT_OS_MADVISE);
   st->mremap_calls = (size_t)get(STAT_OS_MREMAP);
+  st->mprotect_calls = (size_t)get(STAT_OS_MPROTECT);
   for (unsigned k = 0; k < CLASSES + 2; k++) {
     st->mallocs += (size_t)cget(&count[k].allocs);
     st->frees += (size_t)cget(&count[k].frees);

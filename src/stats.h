@@ -11,7 +11,7 @@
 #include "internal.h"
 
 enum {
-  STAT_OS_MMAP, STAT_OS_MUNMAP, STAT_OS_MADVISE, STAT_OS_MREMAP,
+  STAT_OS_MMAP, STAT_OS_MUNMAP, STAT_OS_MADVISE, STAT_OS_MREMAP, STAT_OS_MPROTECT,
   STAT_MAPPED,        /* bytes currently mapped */
   STAT_PURGED,        /* bytes purged (cumulative) */
   STAT_SEGMENTS,      /* normal segments mapped (in use or cached) */

@@ -1,0 +1,178 @@
+/* secure.c — the hardened mode (HAKMEM_SECURE=1, or 2 to also zero freed
+ * blocks).  It runs on the slow paths: in this mode malloc and free skip
+ * their fast paths (slow mode, as for statistics), so none of this costs the
+ * default mode anything.
+ *
+ *  - Every block of a size class has a bit in its segment's allocation bitmap
+ *    (the upper half of the header slice), set and cleared atomically: a
+ *    second free from any thread, a free of a block never handed out, and a
+ *    realloc of a freed block are caught exactly, not by their look.
+ *  - Free-list links are encoded with a secret per-page key (as always) and
+ *    every link is checked when a block is handed out: it must lead to a block
+ *    of the same page, so an overwritten link is reported, not followed.
+ *  - Freed blocks wait in a per-thread quarantine before they can be reused,
+ *    filled with a pattern (zeros at level 2); the pattern is checked when
+ *    they leave it and again when they are handed out, so a write through a
+ *    dangling pointer is reported.
+ *  - Every page and every large or huge block ends in a guard page
+ *    (PROT_NONE), so a linear overflow faults instead of reaching the next
+ *    page.  Each guard costs a mapping of its own: beyond vm.max_map_count
+ *    (65530 by default, about 2 GiB of small pages) the rest go unguarded.
+ *  - Blocks of a freshly carved run are linked in random order. */
+#include "internal.h"
+#include "options.h"
+
+#include <string.h>
+
+bool hm_secure;
+int hm_secure_level;
+
+#define FILL        0xdf                      /* a freed block's bytes (level 1) */
+#define CHECKED     256                       /* bytes of a block the pattern covers */
+#define BITMAP_OFF  (SLICE_SIZE / 2)          /* the bitmaps: upper half of slice 0 */
+#define QUARANTINE_BLOCKS 1024
+#define QUARANTINE_BYTES  ((size_t)4 << 20)
+
+_Static_assert(sizeof(segment_t) <= BITMAP_OFF, "the bitmaps share slice 0 with the header");
+_Static_assert(SLICE_SIZE / 16 / 8 * SLICES <= SLICE_SIZE - BITMAP_OFF, "a bit per 16 B of every slice");
+
+/* ---- the allocation bitmap ------------------------------------------------ */
+
+/* The word holding block p's bit, and the bit: a page's bits start at the
+ * bitmap slot of its first slice (a page of n blocks needs n bits, and n is
+ * at most one slice's worth of 16-byte blocks). */
+static _Atomic uint64_t *bit_of(page_t *pg, const void *p, uint64_t *bit) {
+  segment_t *s = segment_of(pg);
+  size_t i = (size_t)((const uint8_t *)p - pg->start) / pg->block_size;
+  _Atomic uint64_t *words = (_Atomic uint64_t *)((uint8_t *)s + BITMAP_OFF) + (size_t)(pg - s->pages) * (SLICE_SIZE / 16 / 64);
+  *bit = 1ull << (i % 64);
+  return &words[i / 64];
+}
+
+static bool bit_test(page_t *pg, const void *p) {
+  uint64_t bit;
+  return atomic_load_explicit(bit_of(pg, p, &bit), memory_order_relaxed) & bit;
+}
+
+bool secure_is_free(page_t *pg, const void *p) { return pg->cls < CLASSES && !bit_test(pg, p); }
+
+void secure_page_init(page_t *pg) {
+  segment_t *s = segment_of(pg);
+  memset((uint8_t *)s + BITMAP_OFF + (size_t)(pg - s->pages) * (SLICE_SIZE / 16 / 8), 0, SLICE_SIZE / 16 / 8);
+}
+
+/* ---- fill patterns ----------------------------------------------------------- */
+
+static size_t checked(const page_t *pg) { return pg->block_size < CHECKED ? pg->block_size : CHECKED; }
+
+static void fill(page_t *pg, uint8_t *b) {
+  if (hm_secure_level >= 2) memset(b, 0, pg->block_size);
+  else memset(b, FILL, checked(pg));
+}
+
+/* Report if bytes [from, checked) of freed block b no longer hold the fill. */
+static void check_fill(page_t *pg, const uint8_t *b, size_t from) {
+  uint8_t want = hm_secure_level >= 2 ? 0 : FILL;
+  for (size_t i = from; i < checked(pg); i++)
+    if (b[i] != want) hm_fatal("use after free: a freed block was written to", b, pg);
+}
+
+/* page_extend in secure mode: fill the n blocks just carved at first and
+ * link them, in random order, in front of the page's free list. */
+void secure_carve(page_t *pg, uint8_t *first, size_t n) {
+  heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  uint16_t order[n];
+  for (size_t i = 0; i < n; i++) {
+    order[i] = (uint16_t)i;
+    fill(pg, first + i * pg->block_size);
+  }
+  for (size_t i = n - 1; i > 0; i--) {
+    h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
+    size_t j = h->rand % (i + 1);
+    uint16_t t = order[i]; order[i] = order[j]; order[j] = t;
+  }
+  uintptr_t next = pg->free;
+  for (size_t i = n; i-- > 0;) {
+    block_t *b = (block_t *)(first + order[i] * pg->block_size);
+    b->next = enc(pg, next);
+    next = (uintptr_t)b;
+  }
+  pg->free = next;
+}
+
+/* ---- handing out and taking back ------------------------------------------------ */
+
+void *secure_pop(page_t *pg) {
+  uint8_t *b = (uint8_t *)pg->free;
+  uintptr_t next = dec(pg, ((block_t *)b)->next), off = next - (uintptr_t)pg->start;
+  if (next && (off >= page_area(pg) || off * pg->magic >= pg->magic))
+    hm_fatal("corrupted free list (a write to a freed block?)", b, pg);
+  check_fill(pg, b, sizeof(block_t));
+  uint64_t bit;
+  _Atomic uint64_t *w = bit_of(pg, b, &bit);
+  if (atomic_fetch_or_explicit(w, bit, memory_order_relaxed) & bit)
+    hm_fatal("heap corruption: a block on the free list is in use", b, pg);
+  pg->free = next;
+  ((block_t *)b)->next = 0;
+  page_set_used(pg, page_used(pg) + 1);
+  return b;
+}
+
+/* The quarantine: a ring of the heap's most recent frees. */
+typedef struct quarantine_s {
+  size_t head, count, bytes;
+  void *slot[QUARANTINE_BLOCKS];
+} quarantine_t;
+
+/* free(p) in secure mode, before the block is released: clear its bit (a
+ * block whose bit is clear was not allocated), fill it, and queue it.  Returns
+ * the block to release now (the oldest one leaving the quarantine), or NULL. */
+void *secure_free(page_t *pg, void *p) {
+  if (pg->cls < CLASSES) {
+    uint64_t bit;
+    _Atomic uint64_t *w = bit_of(pg, p, &bit);
+    if (!(atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed) & bit))
+      hm_fatal("double free (or free of a block never handed out)", p, pg);
+  }
+  fill(pg, p);
+  heap_t *h = hm_tls_heap;
+  if (h == &hm_heap_empty && !(h = heap_get())) return p;
+  quarantine_t *q = h->quarantine;
+  if (!q && !(q = h->quarantine = os_map(sizeof *q))) return p;
+  void *out = NULL;
+  if (q->count == QUARANTINE_BLOCKS || q->bytes > QUARANTINE_BYTES) {   /* the oldest leaves */
+    out = q->slot[q->head];
+    q->head = (q->head + 1) % QUARANTINE_BLOCKS;
+    q->count--;
+    page_t *opg = page_of(segment_of(out), out);
+    q->bytes -= opg->block_size;
+    check_fill(opg, out, 0);
+  }
+  q->slot[(q->head + q->count) % QUARANTINE_BLOCKS] = p;
+  q->count++;
+  q->bytes += pg->block_size;
+  return out;
+}
+
+/* Release every block of h's quarantine (thread exit, malloc_trim). */
+void secure_flush(heap_t *h) {
+  quarantine_t *q = h->quarantine;
+  while (q && q->count) {
+    void *p = q->slot[q->head];
+    q->head = (q->head + 1) % QUARANTINE_BLOCKS;
+    q->count--;
+    page_t *pg = page_of(segment_of(p), p);
+    q->bytes -= pg->block_size;
+    check_fill(pg, p, 0);
+    hm_free_release(segment_of(p), pg, p);
+  }
+}
+
+/* ---- guard pages ------------------------------------------------------------------ */
+
+size_t secure_guard(void) { return hm_secure ? OS_PAGE : 0; }
+
+/* The last OS page of [p, p+size) becomes a guard (or stops being one). */
+void secure_guard_set(void *p, size_t size, bool on) {
+  if (hm_secure) os_protect((uint8_t *)p + size - OS_PAGE, OS_PAGE, !on);
+}

@@ -1,0 +1,179 @@
+/* bad_free.h — invalid frees and reallocs, each run in a forked child that
+ * first reports the pointer it is about to misuse: the one line hakmem prints
+ * must start with "hakmem: ", name the error (expect: alternatives separated
+ * by '|', for the default and the hardened mode) and show that pointer, and
+ * the child must die of SIGABRT.  Shared by test_api.c (default mode) and
+ * test_secure.c (HAKMEM_SECURE=1). */
+#ifndef HAKMEM_BAD_FREE_H
+#define HAKMEM_BAD_FREE_H
+#include "test.h"
+#include "hakmem.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+static char global_buf[256];
+static int target_fd = -1;
+static void target(const void *p) {
+  char b[40];
+  int n = snprintf(b, sizeof b, "%p", p);
+  if (write(target_fd, b, (size_t)n) != n) _exit(3);
+  close(target_fd);
+}
+static void in_thread(void *(*fn)(void *), void *arg) {
+  pthread_t t;
+  pthread_create(&t, NULL, fn, arg);
+  pthread_join(t, NULL);
+}
+static void *thread_free(void *p) { hakmem_free(p); return NULL; }
+static void *thread_realloc(void *p) { return hakmem_realloc(p, 300); }
+static void *thread_free_twice(void *p) { hakmem_free(p); target(p); hakmem_free(p); return NULL; }
+
+static void double_free(size_t n) { void *p = hakmem_malloc(n); hakmem_free(p); target(p); hakmem_free(p); }
+static void owner_then_remote(size_t n) { void *p = hakmem_malloc(n); hakmem_free(p); target(p); in_thread(thread_free, p); }
+static void remote_then_owner(size_t n) { void *p = hakmem_malloc(n); in_thread(thread_free, p); target(p); hakmem_free(p); }
+static void remote_twice(size_t n) { void *p = hakmem_malloc(n); in_thread(thread_free_twice, p); }
+
+static void c_double_small(void) { double_free(100); }
+static void c_double_medium(void) { double_free(20000); }
+static void c_double_large(void) { double_free(1 << 20); }
+static void c_double_huge(void) { double_free(16 << 20); }
+static void c_stack(void) { char buf[256] = {0}; target(buf + 16); hakmem_free(buf + 16); }
+static void c_global(void) { target(global_buf + 16); hakmem_free(global_buf + 16); }
+static void c_interior_small(void) { char *p = hakmem_malloc(100); target(p + 16); hakmem_free(p + 16); }
+static void c_interior_small8(void) { char *p = hakmem_malloc(100); target(p + 8); hakmem_free(p + 8); }
+static void c_interior_large(void) { char *p = hakmem_malloc(1 << 20); target(p + 4096); hakmem_free(p + 4096); }
+static void c_foreign(void) {
+  char *p = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  target(p + 64);
+  hakmem_free(p + 64);
+}
+static void c_realloc_stack(void) { char buf[256] = {0}; target(buf + 32); void *q = hakmem_realloc(buf + 32, 100); (void)q; }
+static void c_realloc_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 200); (void)p; }
+static void c_sized_wrong(void) { void *p = hakmem_malloc(100); target(p); hakmem_free_sized(p, 100000); }
+static void c_small_owner_remote(void) { owner_then_remote(100); }
+static void c_small_remote_owner(void) { remote_then_owner(100); }
+static void c_small_remote_twice(void) { remote_twice(100); }
+static void c_medium_owner_remote(void) { owner_then_remote(20000); }
+static void c_large_remote_owner(void) { remote_then_owner(1 << 20); }
+static void c_large_remote_twice(void) { remote_twice(1 << 20); }
+static void c_realloc_remote_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); in_thread(thread_realloc, p); }
+static void c_realloc_large_freed(void) {
+  void *p = hakmem_malloc(1 << 20);
+  in_thread(thread_free, p);
+  target(p);
+  p = hakmem_realloc(p, 2 << 20);
+  (void)p;
+}
+/* a write into a freed block's link, found when a double free makes the
+ * owner walk its free list (the message shows the bad link, not a block) */
+static void c_corrupt_link(void) {
+  char *a = hakmem_malloc(100), *b = hakmem_malloc(100);
+  hakmem_free(a);
+  hakmem_free(b);                               /* free list: b -> a */
+  memset(b, 0x41, 8);                           /* use after free */
+  hakmem_free(a);                               /* a double free: the walk meets the bad link */
+}
+
+static const struct bad_case {
+  const char *name, *expect;
+  void (*run)(void);
+  int check_pointer;                            /* the message shows the target pointer */
+} bad_cases[] = {
+  {"double free (100 B)", "double free", c_double_small, 1},
+  {"double free (20 KB)", "double free", c_double_medium, 1},
+  {"double free (1 MiB)", "not an allocated block|double free", c_double_large, 1},
+  {"double free (16 MiB)", "did not allocate", c_double_huge, 1},
+  {"free of a stack address", "did not allocate", c_stack, 1},
+  {"free of a global", "did not allocate", c_global, 1},
+  {"free of p+16 (100 B block)", "middle of a block", c_interior_small, 1},
+  {"free of p+8 (100 B block)", "middle of a block", c_interior_small8, 1},
+  {"free of p+4096 (1 MiB block)", "middle of a block", c_interior_large, 1},
+  {"free of an mmap'd page", "did not allocate", c_foreign, 1},
+  {"realloc of a stack address", "realloc of a pointer hakmem did not allocate", c_realloc_stack, 1},
+  {"realloc after free", "realloc of a freed block", c_realloc_freed, 1},
+  {"free_sized with a too large size", "sized free", c_sized_wrong, 1},
+  {"double free: owner, then another thread (100 B)", "double free", c_small_owner_remote, 1},
+  {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},
+  {"double free: another thread twice (100 B)", "double free", c_small_remote_twice, 1},
+  {"double free: owner, then another thread (20 KB)", "double free", c_medium_owner_remote, 1},
+  {"double free: another thread, then the owner (1 MiB)", "double free", c_large_remote_owner, 1},
+  {"double free: another thread twice (1 MiB)", "double free", c_large_remote_twice, 1},
+  {"realloc by another thread after free (100 B)", "realloc of a freed block", c_realloc_remote_freed, 1},
+  {"realloc after another thread freed (1 MiB)", "realloc of a freed block", c_realloc_large_freed, 1},
+  {"corrupted free-list link", "corrupted free list|double free", c_corrupt_link, 0},
+};
+
+/* Does msg contain one of the '|'-separated alternatives of expect? */
+static int names_error(const char *msg, const char *expect) {
+  char alt[128];
+  for (const char *p = expect; *p;) {
+    size_t n = strcspn(p, "|");
+    if (n >= sizeof alt) n = sizeof alt - 1;
+    memcpy(alt, p, n);
+    alt[n] = 0;
+    if (strstr(msg, alt)) return 1;
+    p += n + (p[n] == '|');
+  }
+  return 0;
+}
+
+/* Run one case in a child: its stderr's first line, the target it reported,
+ * and how it ended. */
+/* Run fn in a forked child (default signal actions, 20 s alarm); return its
+ * wait status, with the first line of its stderr in msg. */
+static int run_in_child(void (*fn)(void), char *msg, size_t cap) {
+  int err[2];
+  if (pipe(err)) return -1;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    test_child_defaults();
+    alarm(20);
+    dup2(err[1], 2);
+    close(err[0]);
+    fn();
+    _exit(0);
+  }
+  close(err[1]);
+  size_t len = 0;
+  ssize_t k;
+  while ((k = read(err[0], msg + len, cap - 1 - len)) > 0) len += (size_t)k;
+  msg[len] = 0;
+  close(err[0]);
+  char *nl = strchr(msg, '\n');
+  if (nl) *nl = 0;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return st;
+}
+
+static void run_bad_case(const struct bad_case *c) {
+  int tgt[2];
+  if (pipe(tgt)) { CHECK(0); return; }
+  target_fd = tgt[1];                      /* the child reports its target here */
+  char msg[2048], want[64];
+  int st = run_in_child(c->run, msg, sizeof msg);
+  close(tgt[1]);
+  ssize_t k = read(tgt[0], want, sizeof want - 1);
+  want[k > 0 ? k : 0] = 0;
+  close(tgt[0]);
+  int aborted = WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+  if (WIFEXITED(st)) CHECKF(0, "%s: not detected (child exited with %d)", c->name, WEXITSTATUS(st));
+  else if (!aborted) CHECKF(0, "%s: child died of signal %d, not SIGABRT", c->name, WTERMSIG(st));
+  else {
+    CHECKF(strncmp(msg, "hakmem: ", 8) == 0 && names_error(msg, c->expect), "%s: expected \"hakmem: ...%s...\", got \"%.200s\"",
+           c->name, c->expect, msg);
+    CHECKF(!c->check_pointer || (want[0] && strstr(msg, want)), "%s: the message does not show the pointer %s: \"%.200s\"",
+           c->name, want, msg);
+  }
+}
+
+static void run_bad_cases(void) {
+  for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) run_bad_case(&bad_cases[i]);
+}
+
+#endif

@@ -1,0 +1,139 @@
+/* The hardened mode (HAKMEM_SECURE=1; the program re-executes itself with it):
+ * every invalid free of bad_free.h is still caught, and so are what only this
+ * mode promises: an overwritten free-list link, a write to a freed block
+ * (while it waits in the quarantine and after it left), an overflow into a
+ * guard page, and a double free however long after the first free.  Blocks
+ * of a fresh page come in random order, and HAKMEM_SECURE=2 zeroes freed
+ * blocks. */
+#include "test.h"
+#include "hakmem.h"
+#include "bad_free.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+
+TEST_ENV("HAKMEM_SECURE=1")
+
+/* The quarantine holds 1024 blocks: this many frees push any block out. */
+#define PUSH_OUT 1100
+static void push_out_of_quarantine(void) {
+  static void *v[PUSH_OUT];
+  for (int i = 0; i < PUSH_OUT; i++) v[i] = hakmem_malloc(24);
+  for (int i = 0; i < PUSH_OUT; i++) hakmem_free(v[i]);
+}
+
+static void expect_abort(void (*fn)(void), const char *what, const char *expect) {
+  char msg[2048];
+  int st = run_in_child(fn, msg, sizeof msg);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strncmp(msg, "hakmem: ", 8) == 0 && strstr(msg, expect),
+         "%s: expected SIGABRT and \"hakmem: ...%s...\", got status %#x and \"%.200s\"", what, expect, st, msg);
+}
+
+TEST(invalid_frees_still_detected) { run_bad_cases(); }
+
+/* ---- what only the hardened mode catches ------------------------------------ */
+
+/* A freed block on its page's free list gets its link overwritten; the
+ * allocation that would follow the link reports it instead. */
+static void overwritten_link(void) {
+  unsigned char *a = hakmem_malloc(48);
+  hakmem_free(a);
+  push_out_of_quarantine();          /* a is now on its page's free list */
+  memset(a, 0x41, 8);                /* the link */
+  for (int i = 0; i < 10000; i++) hakmem_malloc(48);
+}
+TEST(overwritten_free_list_link) { expect_abort(overwritten_link, "overwritten link", "corrupted free list"); }
+
+static void write_in_quarantine(void) {
+  unsigned char *a = hakmem_malloc(100);
+  hakmem_free(a);
+  a[50] = 1;                         /* use after free, while quarantined */
+  push_out_of_quarantine();          /* checked when it leaves */
+}
+TEST(write_after_free_in_quarantine) { expect_abort(write_in_quarantine, "write in quarantine", "use after free"); }
+
+static void write_after_release(void) {
+  unsigned char *a = hakmem_malloc(100);
+  hakmem_free(a);
+  push_out_of_quarantine();          /* a is on its free list, unchecked since */
+  a[60] = 1;                         /* use after free */
+  for (int i = 0; i < 10000; i++) hakmem_malloc(100);   /* checked when handed out again */
+}
+TEST(write_after_free_detected_on_reuse) { expect_abort(write_after_release, "write after release", "use after free"); }
+
+static void late_double_free(void) {
+  void *a = hakmem_malloc(64);
+  hakmem_free(a);
+  push_out_of_quarantine();          /* released long ago: only the bitmap remembers */
+  hakmem_free(a);
+}
+TEST(double_free_after_release) { expect_abort(late_double_free, "late double free", "double free"); }
+
+/* ---- guard pages ---------------------------------------------------------------- */
+
+static void overflow_large(void) {
+  unsigned char *p = hakmem_malloc(300000);
+  size_t n = hakmem_malloc_usable_size(p);
+  memset(p, 1, n);                   /* all of it may be written */
+  p[n] = 1;                          /* one byte past: the guard */
+}
+static void overflow_page(void) {
+  /* The last block of a page of 4 KiB blocks ends at the page's guard. */
+  unsigned char *top = NULL;
+  for (int i = 0; i < 64; i++) {
+    unsigned char *p = hakmem_malloc(4000);
+    if (((uintptr_t)p + 4096) % 65536 == 65536 - 4096) { top = p; break; }
+  }
+  if (!top) _exit(3);
+  memset(top, 1, 4096);
+  top[4096] = 1;
+}
+TEST(overflow_into_guard_page_faults) {
+  if (TEST_SANITIZER_BUILD) { NOTE("skipped: the sanitizer takes SIGSEGV"); return; }
+  char msg[2048];
+  int st = run_in_child(overflow_large, msg, sizeof msg);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a write past a large block: status %#x", st);
+  st = run_in_child(overflow_page, msg, sizeof msg);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a write past a page's last block: status %#x", st);
+}
+
+/* ---- randomised order and zero-on-free --------------------------------------------- */
+
+TEST(fresh_blocks_in_random_order) {
+  enum { N = 64 };
+  uintptr_t a[N];
+  int inversions = 0;
+  for (int i = 0; i < N; i++) a[i] = (uintptr_t)hakmem_malloc(208);   /* a class nothing else uses here */
+  for (int i = 1; i < N; i++) inversions += a[i] < a[i - 1];
+  NOTE("%d of %d consecutive allocations went down in address", inversions, N - 1);
+  CHECKF(inversions >= 8, "only %d of %d consecutive allocations went down: not shuffled", inversions, N - 1);
+  for (int i = 0; i < N; i++) hakmem_free((void *)a[i]);
+}
+
+/* Level 2, in a child re-executed with HAKMEM_SECURE=2: a freed block reads
+ * as zero (past its first word) while it waits in the quarantine. */
+__attribute__((constructor)) static void zero_probe(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--zero-probe") != 0) return;
+  unsigned char *p = hakmem_malloc(1000);
+  memset(p, 0xab, 1000);
+  hakmem_free(p);
+  for (int i = 8; i < 1000; i++) if (p[i]) _exit(1);
+  _exit(0);
+}
+TEST(level_2_zeroes_freed_blocks) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char *argv[] = {"test_secure", "--zero-probe", NULL};
+    char *env[] = {"HAKMEM_SECURE=2", NULL};
+    execve("/proc/self/exe", argv, env);
+    _exit(2);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a freed block was not zeroed (status %#x)", st);
+}
+
+TEST_MAIN()
