@@ -4,12 +4,10 @@
  * [MIN, MAX]); then it starts a successor thread that inherits the blocks (so
  * blocks outlive the thread that allocated them) and exits.  Runs for
  * SECONDS and reports replacements per second. */
+#include "bench.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -31,7 +29,7 @@ static void *worker(void *arg) {
   uint64_t s = w->seed;
   long ops = 0;
   for (int r = 0; r < rounds && !atomic_load_explicit(&stop, memory_order_relaxed); r++) {
-    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    rnd(&s);
     int k = (int)(s % (uint64_t)nslots);
     free(w->slot[k]);
     size_t n = lo + (size_t)((s >> 24) % (hi - lo + 1));
@@ -55,19 +53,18 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 7) { fprintf(stderr, "usage: %s THREADS SECONDS SLOTS MIN MAX ROUNDS\n", argv[0]); return 2; }
+  usage_if(argc < 7, "larson THREADS SECONDS SLOTS MIN MAX ROUNDS");
   int threads = atoi(argv[1]);
   double seconds = atof(argv[2]);
   nslots = atoi(argv[3]); lo = (size_t)atol(argv[4]); hi = (size_t)atol(argv[5]); rounds = atoi(argv[6]);
   work_t *w = calloc((size_t)threads, sizeof *w);
   for (int i = 0; i < threads; i++) {      /* the initial blocks come from the main thread */
     w[i].slot = malloc(sizeof(void *) * (size_t)nslots);
-    w[i].seed = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    w[i].seed = seed_of(i);
     w[i].id = i;
     for (int k = 0; k < nslots; k++) w[i].slot[k] = malloc(lo + (size_t)k % (hi - lo + 1));
   }
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
+  double t0 = now();
   live = threads;
   for (int i = 0; i < threads; i++) {
     pthread_t t;
@@ -79,13 +76,11 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&lock);
   while (live > 0) pthread_cond_wait(&cond, &lock);
   pthread_mutex_unlock(&lock);
-  clock_gettime(CLOCK_MONOTONIC, &b);
+  double secs = now() - t0;
   for (int i = 0; i < threads; i++) {
     for (int k = 0; k < nslots; k++) free(w[i].slot[k]);
     free(w[i].slot);
   }
-  double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
-  printf("RESULT ops=%ld secs=%.6f ops_per_sec=%.0f threads_created=%ld\n", atomic_load(&total_ops), secs,
-         (double)atomic_load(&total_ops) / secs, atomic_load(&generations));
+  result(atomic_load(&total_ops), secs, "threads_created=%ld", atomic_load(&generations));
   return 0;
 }

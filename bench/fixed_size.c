@@ -1,0 +1,23 @@
+/* fixed_size ITERS SIZE BATCH: the hottest path there is.  Allocate BATCH
+ * blocks of SIZE bytes (touching each), free them in reverse order (LIFO),
+ * repeat until ITERS malloc+free pairs are done.  Single thread.  Reports
+ * pairs per second. */
+#include "bench.h"
+
+int main(int argc, char **argv) {
+  usage_if(argc < 4, "fixed_size ITERS SIZE BATCH");
+  long iters = atol(argv[1]);
+  size_t size = (size_t)atol(argv[2]);
+  long batch = atol(argv[3]);
+  char **p = malloc(sizeof *p * (size_t)batch);
+  long rounds = iters / batch;
+  double t0 = now();
+  for (long r = 0; r < rounds; r++) {
+    for (long i = 0; i < batch; i++) { p[i] = malloc(size); p[i][0] = (char)i; }
+    for (long i = batch - 1; i >= 0; i--) free(p[i]);
+  }
+  double secs = now() - t0;
+  free(p);
+  result(rounds * batch, secs, "mallocs=%ld", rounds * batch);
+  return 0;
+}
