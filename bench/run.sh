@@ -1,70 +1,245 @@
 #!/usr/bin/env bash
-# The benchmark comparison: every benchmark under hakmem, glibc, mimalloc,
-# jemalloc and tcmalloc, interleaved (run 1 of each, run 2 of each, ...),
-# reporting the median and range of throughput and the median peak RSS.
-#   RUNS=5 bench/run.sh            more repetitions (default 3)
-#   BENCH="small mixed" ALLOCS="hakmem mimalloc" bench/run.sh
+# bench/run.sh — hakmem's benchmark runner (`make bench` runs the first mode).
+#
+#   bench/run.sh                  every benchmark under hakmem, glibc, mimalloc,
+#                                 jemalloc and tcmalloc, interleaved; table + chart
+#   bench/run.sh ab SPEC_A SPEC_B two builds or two settings of hakmem, RUNS >= 10
+#                                 interleaved; a GO / NEUTRAL / NO-GO verdict each
+#   bench/run.sh callgrind        instructions per malloc+free pair (valgrind)
+#   bench/run.sh syscalls         mmap/munmap/madvise/mremap/brk calls (strace)
+#
+# SPEC is a git revision, "." for the working tree, either one followed by
+# ":VAR=VALUE" settings:  ab a7b24ae 581c59b   ab . .:HAKMEM_PURGE_DELAY_MS=0
+#
+# Environment: RUNS (repetitions; 5, or 10 for ab), SUITE=full (adds the 8-thread
+# and other longer variants), BENCH="names" (a subset), ALLOCS="names",
+# TIMEOUT (seconds per run, 300).  See bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${RUNS:-3}
-out=build/bench
-mkdir -p "$out" bench/results
+MODE=${1:-compare}
+OUT=build/bench
+RESULTS=bench/results
+TIMEOUT=${TIMEOUT:-300}
+mkdir -p "$OUT" "$RESULTS"
+note() { echo "note: $*" >&2; }
 
-# ---- allocators ------------------------------------------------------------
+# ---- what the mode needs, installed from Debian's packages when missing ----
+packages=(time python3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools)
+case $MODE in
+  callgrind) packages+=(valgrind) ;;
+  syscalls) packages+=(strace) ;;
+esac
 need=()
-command -v /usr/bin/time >/dev/null || need+=(time)
-for p in libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
 if [ ${#need[@]} -gt 0 ]; then
-  echo "installing ${need[*]} ..."
+  echo "installing ${need[*]} ..." >&2
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"; } >/dev/null 2>&1 ||
-    echo "note: could not install ${need[*]}; those allocators are skipped"
+    note "could not install all of ${need[*]}; what is missing is skipped"
 fi
+
+# glibc's malloc is chosen by preloading libc itself: a program linked with
+# another allocator (Debian's redis-server uses jemalloc) then gets glibc's.
 libpath() { dpkg -L "$1" 2>/dev/null | grep -E "/$2[^/]*\.so(\.[0-9]+)*$" | head -1; }
-declare -A LIB=([hakmem]="$PWD/build/libhakmem.so" [glibc]="")
-m=$(libpath libmimalloc2.0 libmimalloc) && [ -n "$m" ] && LIB[mimalloc]=$m
-j=$(libpath libjemalloc2 libjemalloc) && [ -n "$j" ] && LIB[jemalloc]=$j
-t=$(libpath libtcmalloc-minimal4 libtcmalloc_minimal) && [ -n "$t" ] && LIB[tcmalloc]=$t
-ALLOCS=${ALLOCS:-hakmem glibc mimalloc jemalloc tcmalloc}
-allocs=()
-for a in $ALLOCS; do
-  if [ -v "LIB[$a]" ]; then allocs+=("$a"); else echo "note: $a not available, skipped"; fi
+declare -A LIB=([hakmem]="$PWD/build/libhakmem.so" [glibc]="$(cc -print-file-name=libc.so.6)")
+for spec in mimalloc:libmimalloc2.0:libmimalloc jemalloc:libjemalloc2:libjemalloc tcmalloc:libtcmalloc-minimal4:libtcmalloc_minimal; do
+  IFS=: read -r name pkg file <<<"$spec"
+  path=$(libpath "$pkg" "$file") && [ -n "$path" ] && LIB[$name]=$path
 done
 
-# ---- benchmarks ------------------------------------------------------------
+# ---- the suite ---------------------------------------------------------------
 make -s all
-cc -O2 -Wall bench/random_mixed.c -o "$out/random_mixed"
-cc -O2 -Wall -pthread bench/mt_remote.c -o "$out/mt_remote"
-cc -O2 -Wall -pthread bench/larson.c -o "$out/larson"
-declare -A CMD=(
-  [small]="$out/random_mixed 20000000 400 16 2048 1"
-  [medium]="$out/random_mixed 10000000 400 4096 32768 1"
-  [mixed]="$out/random_mixed 10000000 400 16 32768 1"
-  [app]="$out/random_mixed 20000000 400 16 32768 1 app"
-  [remote0]="$out/mt_remote 2 5000000 400 16 2048 0"
-  [remote50]="$out/mt_remote 2 3000000 400 16 2048 50"
-  [remote90]="$out/mt_remote 2 3000000 400 16 2048 90"
-  [larson]="$out/larson 4 2 1000 8 1024 20000"
+for src in bench/*.c; do
+  bin=$OUT/$(basename "$src" .c)
+  [ "$bin" -nt "$src" ] && [ "$bin" -nt bench/bench.h ] || cc -O2 -g -Wall -fno-builtin -pthread "$src" -o "$bin"
+done
+B=$OUT
+# name  suite  command  (each run prints one RESULT line; see bench/README.md).
+# "startup" (no allocation at all) is the syscalls mode's baseline.
+SUITE_TABLE=$(cat <<EOF
+small          default  $B/random_mixed 20000000 400 16 2048 1
+medium         default  $B/random_mixed 10000000 400 4096 32768 1
+mixed          default  $B/random_mixed 10000000 400 16 32768 1
+app            default  $B/random_mixed 20000000 400 16 32768 1 app
+fixed-64       default  $B/fixed_size 50000000 64 100
+fixed-4k       default  $B/fixed_size 20000000 4096 25
+realloc        default  $B/realloc_growth 4000000 16 1048576 256
+remote0-t2     default  $B/mt_remote 2 5000000 400 16 2048 0
+remote50-t2    default  $B/mt_remote 2 3000000 400 16 2048 50
+remote90-t2    default  $B/mt_remote 2 3000000 400 16 2048 90
+remote0-t4     default  $B/mt_remote 4 2500000 400 16 2048 0
+remote50-t4    default  $B/mt_remote 4 1500000 400 16 2048 50
+remote90-t4    default  $B/mt_remote 4 1500000 400 16 2048 90
+remote0-t8     full     $B/mt_remote 8 1250000 400 16 2048 0
+remote50-t8    full     $B/mt_remote 8 750000 400 16 2048 50
+remote90-t8    full     $B/mt_remote 8 750000 400 16 2048 90
+larson-t2      default  $B/larson 2 1 1000 8 1024 20000
+larson-t4      default  $B/larson 4 1 1000 8 1024 20000
+larson-t8      full     $B/larson 8 1 1000 8 1024 20000
+midlarge-t2    default  $B/mt_remote 2 5000000 400 8192 32768 0 mid
+midlarge-t4    full     $B/mt_remote 4 2500000 400 8192 32768 0 mid
+prodcons-t2    default  $B/prodcons 1 5000000 16 1024
+prodcons-t4    full     $B/prodcons 2 2500000 16 1024
+falseshare-t2  default  $B/false_sharing 2 1000000 8 100
+falseshare-t4  full     $B/false_sharing 4 500000 8 100
+churn          default  $B/thread_churn 500 4 2000
+rssfree-idle   default  $B/rss_free 4 300 idle
+rssfree-exit   default  $B/rss_free 4 300 exit
+redis          default  bench/redis.sh 100000
+startup        none     $B/fixed_size 0 16 1
+EOF
 )
-ORDER="small medium mixed app remote0 remote50 remote90 larson"
+declare -A CMD
+ORDER=""
+while read -r name suite cmd; do
+  CMD[$name]=$cmd
+  if [ "$suite" = default ] || { [ "$suite" = full ] && [ "${SUITE:-default}" = full ]; }; then ORDER+="$name "; fi
+done <<<"$SUITE_TABLE"
 BENCH=${BENCH:-$ORDER}
+for b in $BENCH; do [ -v "CMD[$b]" ] || { echo "unknown benchmark $b; known: ${!CMD[*]}" >&2; exit 2; }; done
+if [[ " $BENCH " == *" redis "* ]] && ! command -v redis-server >/dev/null; then
+  note "redis-server is not installed; the redis benchmark is skipped"
+  BENCH=${BENCH/redis/}
+fi
 
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-stem=bench/results/$(date +%F)-$commit
-raw=$stem.raw
-: >"$raw"
-total=$((RUNS * $(wc -w <<<"$BENCH") * ${#allocs[@]})) n=0
-for run in $(seq 1 "$RUNS"); do
-  for b in $BENCH; do
-    for a in "${allocs[@]}"; do
-      n=$((n + 1))
-      printf '\r[%d/%d] run %d %-9s %-9s' "$n" "$total" "$run" "$b" "$a" >&2
-      res=$(env LD_PRELOAD="${LIB[$a]}" /usr/bin/time -f 'MAXRSS %M' ${CMD[$b]} 2>&1) || { echo "FAILED $b $a: $res" >&2; continue; }
-      ops=$(sed -n 's/.*ops_per_sec=\([0-9.]*\).*/\1/p' <<<"$res")
-      rss=$(sed -n 's/^MAXRSS \([0-9]*\)/\1/p' <<<"$res")
-      echo "$b $a $run $ops $rss" >>"$raw"
+# ---- variants: what is compared (allocators, or hakmem builds/settings) ------
+declare -A VLIB VENV      # variant -> library to preload, "VAR=VALUE ..." settings
+VARIANTS=()
+use_allocs() {
+  for a in ${ALLOCS:-$1}; do
+    if [ -v "LIB[$a]" ]; then VARIANTS+=("$a"); VLIB[$a]=${LIB[$a]}; VENV[$a]=""
+    else note "$a is not available (install failed?); skipped"; fi
+  done
+}
+
+# The library for a git revision: exported with git archive and built under
+# build/ab/<commit>/, once.  "." is the working tree's own build.
+build_rev() {
+  [ "$1" = . ] && { echo "$PWD/build/libhakmem.so"; return; }
+  local sha dir
+  sha=$(git rev-parse --verify "$1^{commit}") || { echo "not a revision: $1" >&2; exit 2; }
+  dir=build/ab/$sha
+  if [ ! -f "$dir/build/libhakmem.so" ]; then
+    echo "building $1 ($sha) in $dir ..." >&2
+    rm -rf "$dir" && mkdir -p "$dir"
+    git archive "$sha" | tar -x -C "$dir"
+    make -s -C "$dir" build/libhakmem.so >&2
+  fi
+  echo "$PWD/$dir/build/libhakmem.so"
+}
+
+# ---- running one benchmark once ----------------------------------------------
+# Only the benchmark gets the preload and settings (not timeout, time or a
+# wrapper).  WRAP is a command put in front of it (strace); redis.sh puts it in
+# front of the server instead.  Prints the RESULT fields plus maxrss_kib;
+# returns non-zero (with the output in $OUT/last.err) on failure.
+WRAP=""
+run_one() {  # variant bench
+  local v=$1 b=$2 res rc=0
+  local -a envs=() pre=()
+  read -ra envs <<<"${VENV[$v]}"
+  if [ "$b" = redis ]; then pre=(env SERVER_WRAP="$WRAP"); else read -ra pre <<<"$WRAP"; fi
+  res=$(timeout -k 5 "$TIMEOUT" /usr/bin/time -o "$OUT/time" -f %M \
+    "${pre[@]}" env LD_PRELOAD="${VLIB[$v]}" "${envs[@]}" ${CMD[$b]} 2>"$OUT/last.err") || rc=$?
+  res=$(sed -n 's/^RESULT //p' <<<"$res")
+  if [ $rc -ne 0 ] || [ -z "$res" ]; then echo "exit $rc: $res" >>"$OUT/last.err"; return 1; fi
+  echo "$res maxrss_kib=$(tail -1 "$OUT/time")"
+}
+
+# Interleaved: run r of every benchmark under every variant before run r+1,
+# the variants' order rotating from run to run, so slow drifts of a shared
+# machine fall on all of them alike.  Raw lines: "bench variant run k=v ...".
+interleave() {  # raw-file
+  local raw=$1 nv=${#VARIANTS[@]} n=0 total start=$SECONDS
+  total=$((RUNS * $(wc -w <<<"$BENCH") * nv))
+  : >"$raw"
+  for run in $(seq 1 "$RUNS"); do
+    for b in $BENCH; do
+      for i in $(seq 0 $((nv - 1))); do
+        v=${VARIANTS[$(((i + run - 1) % nv))]}
+        n=$((n + 1))
+        local left=$(((SECONDS - start) * (total - n + 1) / n))
+        printf '\r[%d/%d] run %d/%d %-14s %-9s %4ds elapsed, ~%ds left ' "$n" "$total" "$run" "$RUNS" "$b" "$v" \
+          $((SECONDS - start)) "$left" >&2
+        if res=$(run_one "$v" "$b"); then echo "$b $v $run $res" >>"$raw"
+        else printf '\nFAILED: %s under %s:\n' "$b" "$v" >&2; tail -5 "$OUT/last.err" >&2; fi
+      done
     done
   done
-done
-echo >&2
-python3 bench/report.py "$raw" "$stem" "$commit" "$RUNS" "$BENCH" "${allocs[*]}"
+  printf '\rdone: %d runs in %ds%*s\n' "$total" $((SECONDS - start)) 40 "" >&2
+}
+
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src include 2>/dev/null || commit+="+dirty"
+stem=$RESULTS/$(date +%F)-$commit
+
+case $MODE in
+compare)
+  RUNS=${RUNS:-5}
+  use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"
+  interleave "$stem.raw"
+  python3 bench/report.py compare "$stem" "$commit" "$RUNS" "$BENCH" "${VARIANTS[*]}"
+  # The README shows the latest full comparison.
+  if [ -z "${ALLOCS:-}" ] && [ "$BENCH" = "$ORDER" ]; then
+    cp "$stem.svg" $RESULTS/latest.svg
+    cp "$stem.md" $RESULTS/latest.md
+  fi ;;
+ab)
+  [ $# -eq 3 ] || { echo "usage: bench/run.sh ab SPEC_A SPEC_B   (SPEC: REV[:VAR=VALUE...], . = working tree)" >&2; exit 2; }
+  RUNS=${RUNS:-10}
+  [ "$RUNS" -ge 10 ] || note "RUNS=$RUNS: verdicts need at least 10 runs to be trusted"
+  for v in A B; do
+    spec=$([ $v = A ] && echo "$2" || echo "$3")
+    IFS=: read -ra parts <<<"$spec"
+    VARIANTS+=("$v"); VLIB[$v]=$(build_rev "${parts[0]:-.}"); VENV[$v]="${parts[*]:1}"
+  done
+  stem=$RESULTS/$(date +%F-%H%M%S)-ab
+  interleave "$stem.raw"
+  python3 bench/report.py ab "$stem" "$2" "$3" "$RUNS" "$BENCH" ;;
+callgrind)
+  command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
+  use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"
+  # Two iteration counts; their difference cancels start-up and exit, and the
+  # benchmark's own loop (main's self cost) is subtracted: what is left is the
+  # allocator's instructions for the extra malloc+free pairs (user space only).
+  CG=${CG_BENCH:-small medium app fixed-64 fixed-4k}
+  : >"$stem-callgrind.raw"
+  for b in $CG; do
+    read -r prog _ args <<<"${CMD[$b]}"
+    for v in "${VARIANTS[@]}"; do
+      for iters in 200000 1200000; do
+        printf '\rcallgrind %-10s %-9s %8d iterations ' "$b" "$v" "$iters" >&2
+        LD_PRELOAD=${VLIB[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
+          "$prog" "$iters" $args >"$OUT/cg.res"
+        callgrind_annotate --threshold=100 "$OUT/cg.out" >"$OUT/cg.txt"
+        awk -v b="$b" -v v="$v" -v it="$iters" '
+          FNR == NR { if (match($0, /mallocs=[0-9]+/)) m = substr($0, RSTART + 8, RLENGTH - 8); next }
+          /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
+          $0 ~ /:main( |$)/ { gsub(",", "", $1); self += $1 }
+          END { print b, v, it, m, total, self }' "$OUT/cg.res" "$OUT/cg.txt" >>"$stem-callgrind.raw"
+      done
+    done
+  done
+  echo >&2
+  python3 bench/report.py callgrind "$stem" "$commit" ;;
+syscalls)
+  command -v strace >/dev/null || { echo "strace is not installed" >&2; exit 1; }
+  use_allocs "hakmem mimalloc"
+  # One run each under strace (which distorts time, so no throughput here).
+  : >"$stem-syscalls.raw"
+  WRAP="strace -f -qq --seccomp-bpf -c -U name,calls -e trace=mmap,munmap,madvise,mremap,brk -o $PWD/$OUT/strace.txt"
+  BENCH="startup $BENCH"
+  for b in $BENCH; do
+    for v in "${VARIANTS[@]}"; do
+      printf '\rstrace %-14s %-9s ' "$b" "$v" >&2
+      if res=$(run_one "$v" "$b"); then
+        counts=$(awk '$1 ~ /^(mmap|munmap|madvise|mremap|brk)$/ { printf " %s=%s", $1, $2 }' "$OUT/strace.txt")
+        echo "$b $v 1 ${res%% *}$counts" >>"$stem-syscalls.raw"
+      else printf '\nFAILED: %s under %s\n' "$b" "$v" >&2; tail -5 "$OUT/last.err" >&2; fi
+    done
+  done
+  echo >&2
+  python3 bench/report.py syscalls "$stem" "$commit" "$BENCH" "${VARIANTS[*]}" ;;
+*)
+  sed -n '2,18p' "$0" >&2; exit 2 ;;
+esac
