@@ -19,11 +19,19 @@ static inline uint64_t rnd(uint64_t *s) {
 
 static inline uint64_t seed_of(long n) { return (uint64_t)(n + 1) * 0x9E3779B97F4A7C15ull | 1; }
 
-static inline double now(void) {
+static inline double clock_secs(clockid_t id) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(id, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
+
+/* Wall-clock time, for multi-threaded runs: their waiting and contention are
+ * part of what they measure. */
+static inline double now(void) { return clock_secs(CLOCK_MONOTONIC); }
+
+/* The process's CPU time, for single-thread runs: unlike wall time it does not
+ * grow while a busy shared machine has the process waiting for a core. */
+static inline double cpu_now(void) { return clock_secs(CLOCK_PROCESS_CPUTIME_ID); }
 
 /* Size distributions, chosen by name on the command line:
  *   uniform  MIN..MAX

@@ -1,7 +1,7 @@
 /* fixed_size ITERS SIZE BATCH: the hottest path there is.  Allocate BATCH
  * blocks of SIZE bytes (touching each), free them in reverse order (LIFO),
  * repeat until ITERS malloc+free pairs are done.  Single thread.  Reports
- * pairs per second. */
+ * pairs per CPU second. */
 #include "bench.h"
 
 int main(int argc, char **argv) {
@@ -11,12 +11,12 @@ int main(int argc, char **argv) {
   long batch = atol(argv[3]);
   char **p = malloc(sizeof *p * (size_t)batch);
   long rounds = iters / batch;
-  double t0 = now();
+  double t0 = cpu_now();
   for (long r = 0; r < rounds; r++) {
     for (long i = 0; i < batch; i++) { p[i] = malloc(size); p[i][0] = (char)i; }
     for (long i = batch - 1; i >= 0; i--) free(p[i]);
   }
-  double secs = now() - t0;
+  double secs = cpu_now() - t0;
   free(p);
   result(rounds * batch, secs, "mallocs=%ld", rounds * batch);
   return 0;

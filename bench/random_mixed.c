@@ -1,7 +1,7 @@
 /* random_mixed ITERS WS MIN MAX SEED [DIST]: a working set of WS slots; each
  * step picks a random slot and frees its block if it has one, else allocates
  * a size from DIST (uniform MIN..MAX by default, or "app", see bench.h) and
- * writes its first and last byte.  Single thread.  Reports steps per second,
+ * writes its first and last byte.  Single thread.  Reports steps per CPU second,
  * and the number of mallocs (each later freed) for the instruction counts. */
 #include "bench.h"
 
@@ -13,7 +13,7 @@ int main(int argc, char **argv) {
   enum dist d = dist_of(argc > 6 ? argv[6] : NULL);
   unsigned char **slot = calloc(ws, sizeof *slot);
   long mallocs = 0;
-  double t0 = now();
+  double t0 = cpu_now();
   for (long i = 0; i < iters; i++) {
     uint64_t x = rnd(&s);
     size_t k = (size_t)(x % ws);
@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
     slot[k] = p;
     mallocs++;
   }
-  double secs = now() - t0;
+  double secs = cpu_now() - t0;
   for (size_t k = 0; k < ws; k++) free(slot[k]);
   free(slot);
   result(iters, secs, "mallocs=%ld", mallocs);

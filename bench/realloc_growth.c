@@ -2,8 +2,8 @@
  * string builders and vectors without capacity do.  Each step picks one of
  * BUFS buffers at random and grows it by 1..STEP bytes with realloc, writing
  * the new last byte; a buffer past MAX bytes is freed and starts again empty.
- * The buffers interleave, so growing in place is not free.  Reports reallocs
- * per second and the percentage of reallocs that moved the block. */
+ * The buffers interleave, so growing in place is not free.  Single thread.
+ * Reports reallocs per CPU second and the percentage that moved the block. */
 #include "bench.h"
 
 int main(int argc, char **argv) {
@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
   size_t *len = calloc((size_t)bufs, sizeof *len);
   uint64_t s = seed_of(0);
   long moved = 0;
-  double t0 = now();
+  double t0 = cpu_now();
   for (long i = 0; i < iters; i++) {
     uint64_t x = rnd(&s);
     int k = (int)(x % (uint64_t)bufs);
@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
     p[len[k] - 1] = (char)i;
     buf[k] = p;
   }
-  double secs = now() - t0;
+  double secs = cpu_now() - t0;
   for (int k = 0; k < bufs; k++) free(buf[k]);
   result(iters, secs, "moved_pct=%.1f", 100.0 * (double)moved / (double)iters);
   free(buf);

@@ -14,15 +14,16 @@ import svg
 
 REF = "mimalloc"
 RSS_SAMPLES = ["rss0_kib", "rss50_kib", "rss100_kib", "rss200_kib"]
-NOT_EXTRA = {"ops", "secs", "ops_per_sec", "maxrss_kib", "peak_rss_kib", "peak_kib", "mallocs", *RSS_SAMPLES}
+NOT_EXTRA = {"run", "ops", "secs", "ops_per_sec", "maxrss_kib", "peak_rss_kib", "peak_kib", "mallocs", *RSS_SAMPLES}
 
 
 def read_raw(path):
     """{(bench, variant): [ {field: float}, ... one per run ]}"""
     runs = {}
     for line in open(path):
-        b, v, _, *kv = line.split()
+        b, v, run, *kv = line.split()
         f = {k: float(x) for k, x in (p.split("=", 1) for p in kv)}
+        f["run"] = int(run)
         f["peak_kib"] = f.get("peak_rss_kib", f.get("maxrss_kib", math.nan))   # the server's own, for redis
         runs.setdefault((b, v), []).append(f)
     return runs
@@ -83,7 +84,8 @@ def compare(stem, commit, nruns, benches, variants):
           f"`make bench`: {nruns} interleaved runs per benchmark and allocator, on {os.cpu_count()} cores "
           f"(load average at the end {os.getloadavg()[0]:.1f}).", "",
           f"Throughput in operations per second: median [min-max] and, after it, the median relative to "
-          f"{REF}'s (>1 is faster). What an operation is: bench/README.md.", ""]
+          f"{REF}'s (>1 is faster). Single-thread benchmarks are timed in CPU time, which a busy machine "
+          f"does not inflate; multi-threaded ones in wall time. What an operation is: bench/README.md.", ""]
     rows = []
     for b in benches:
         row = [b]
@@ -138,20 +140,22 @@ def ab(stem, spec_a, spec_b, nruns, benches):
     runs = read_raw(stem + ".raw")
     md = [f"# A/B: A = `{spec_a}`, B = `{spec_b}`, {nruns} interleaved runs, {datetime.date.today()}", "",
           "Throughput medians [min-max]; verdict on the ratio of medians B/A: GO >= 1.01, NO-GO <= 0.99, "
-          "else NEUTRAL.", ""]
+          "else NEUTRAL. `B won`: in how many runs B beat the A run next to it (near half: noise).", ""]
     rows, ratios, count = [], [], {}
     for b in benches:
         xa, xb = values(runs, b, "A", "ops_per_sec"), values(runs, b, "B", "ops_per_sec")
         if not xa or not xb:
-            rows.append([b, "failed", "", "", "", "", ""])
+            rows.append([b, "failed"] + [""] * 6)
             continue
         r, v = verdict(med(xa), med(xb))
         ratios.append(r)
         count[v] = count.get(v, 0) + 1
+        a_of = {f["run"]: f["ops_per_sec"] for f in runs[(b, "A")]}
+        pairs = [(a_of[f["run"]], f["ops_per_sec"]) for f in runs[(b, "B")] if f["run"] in a_of]
         rows.append([b, f"{si(med(xa))} [{si(min(xa))}-{si(max(xa))}]", f"{si(med(xb))} [{si(min(xb))}-{si(max(xb))}]",
-                     f"{r:.3f}", f"**{v}**", mib(med(values(runs, b, "A", "peak_kib"))),
-                     mib(med(values(runs, b, "B", "peak_kib")))])
-    md += table(["benchmark", "A", "B", "B/A", "verdict", "peak MiB A", "peak MiB B"], rows)
+                     f"{r:.3f}", f"**{v}**", f"{sum(y > x for x, y in pairs)}/{len(pairs)}",
+                     mib(med(values(runs, b, "A", "peak_kib"))), mib(med(values(runs, b, "B", "peak_kib")))])
+    md += table(["benchmark", "A", "B", "B/A", "verdict", "B won", "peak MiB A", "peak MiB B"], rows)
     md += ["", f"Geomean B/A: {geomean(ratios):.3f}; " + ", ".join(f"{k} {n}" for k, n in sorted(count.items()))]
     print("\nwritten: " + " ".join(write(stem, md)))
 

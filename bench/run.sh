@@ -21,6 +21,8 @@ OUT=build/bench
 RESULTS=bench/results
 TIMEOUT=${TIMEOUT:-300}
 mkdir -p "$OUT" "$RESULTS"
+TMP=$(mktemp -d "$OUT/run.XXXXXX")     # this run's scratch files: runs may overlap
+trap 'rm -rf "$TMP"' EXIT
 note() { echo "note: $*" >&2; }
 
 # ---- what the mode needs, installed from Debian's packages when missing ----
@@ -51,7 +53,8 @@ done
 make -s all
 for src in bench/*.c; do
   bin=$OUT/$(basename "$src" .c)
-  [ "$bin" -nt "$src" ] && [ "$bin" -nt bench/bench.h ] || cc -O2 -g -Wall -fno-builtin -pthread "$src" -o "$bin"
+  [ "$bin" -nt "$src" ] && [ "$bin" -nt bench/bench.h ] ||
+    { cc -O2 -g -Wall -fno-builtin -pthread "$src" -o "$TMP/bin" && mv "$TMP/bin" "$bin"; }
 done
 B=$OUT
 # name  suite  command  (each run prints one RESULT line; see bench/README.md).
@@ -132,18 +135,18 @@ build_rev() {
 # Only the benchmark gets the preload and settings (not timeout, time or a
 # wrapper).  WRAP is a command put in front of it (strace); redis.sh puts it in
 # front of the server instead.  Prints the RESULT fields plus maxrss_kib;
-# returns non-zero (with the output in $OUT/last.err) on failure.
+# returns non-zero (with the output in $TMP/last.err) on failure.
 WRAP=""
 run_one() {  # variant bench
   local v=$1 b=$2 res rc=0
   local -a envs=() pre=()
   read -ra envs <<<"${VENV[$v]}"
   if [ "$b" = redis ]; then pre=(env SERVER_WRAP="$WRAP"); else read -ra pre <<<"$WRAP"; fi
-  res=$(timeout -k 5 "$TIMEOUT" /usr/bin/time -o "$OUT/time" -f %M \
-    "${pre[@]}" env LD_PRELOAD="${VLIB[$v]}" "${envs[@]}" ${CMD[$b]} 2>"$OUT/last.err") || rc=$?
+  res=$(timeout -k 5 "$TIMEOUT" /usr/bin/time -o "$TMP/time" -f %M \
+    "${pre[@]}" env LD_PRELOAD="${VLIB[$v]}" "${envs[@]}" ${CMD[$b]} 2>"$TMP/last.err") || rc=$?
   res=$(sed -n 's/^RESULT //p' <<<"$res")
-  if [ $rc -ne 0 ] || [ -z "$res" ]; then echo "exit $rc: $res" >>"$OUT/last.err"; return 1; fi
-  echo "$res maxrss_kib=$(tail -1 "$OUT/time")"
+  if [ $rc -ne 0 ] || [ -z "$res" ]; then echo "exit $rc: $res" >>"$TMP/last.err"; return 1; fi
+  echo "$res maxrss_kib=$(tail -1 "$TMP/time")"
 }
 
 # Interleaved: run r of every benchmark under every variant before run r+1,
@@ -162,7 +165,7 @@ interleave() {  # raw-file
         printf '\r[%d/%d] run %d/%d %-14s %-9s %4ds elapsed, ~%ds left ' "$n" "$total" "$run" "$RUNS" "$b" "$v" \
           $((SECONDS - start)) "$left" >&2
         if res=$(run_one "$v" "$b"); then echo "$b $v $run $res" >>"$raw"
-        else printf '\nFAILED: %s under %s:\n' "$b" "$v" >&2; tail -5 "$OUT/last.err" >&2; fi
+        else printf '\nFAILED: %s under %s:\n' "$b" "$v" >&2; tail -5 "$TMP/last.err" >&2; fi
       done
     done
   done
@@ -209,14 +212,14 @@ callgrind)
     for v in "${VARIANTS[@]}"; do
       for iters in 200000 1200000; do
         printf '\rcallgrind %-10s %-9s %8d iterations ' "$b" "$v" "$iters" >&2
-        LD_PRELOAD=${VLIB[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$OUT/cg.out" \
-          "$prog" "$iters" $args >"$OUT/cg.res"
-        callgrind_annotate --threshold=100 "$OUT/cg.out" >"$OUT/cg.txt"
+        LD_PRELOAD=${VLIB[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
+          "$prog" "$iters" $args >"$TMP/cg.res"
+        callgrind_annotate --threshold=100 "$TMP/cg.out" >"$TMP/cg.txt"
         awk -v b="$b" -v v="$v" -v it="$iters" '
           FNR == NR { if (match($0, /mallocs=[0-9]+/)) m = substr($0, RSTART + 8, RLENGTH - 8); next }
           /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
           $0 ~ /:main( |$)/ { gsub(",", "", $1); self += $1 }
-          END { print b, v, it, m, total, self }' "$OUT/cg.res" "$OUT/cg.txt" >>"$stem-callgrind.raw"
+          END { print b, v, it, m, total, self }' "$TMP/cg.res" "$TMP/cg.txt" >>"$stem-callgrind.raw"
       done
     done
   done
@@ -227,15 +230,15 @@ syscalls)
   use_allocs "hakmem mimalloc"
   # One run each under strace (which distorts time, so no throughput here).
   : >"$stem-syscalls.raw"
-  WRAP="strace -f -qq --seccomp-bpf -c -U name,calls -e trace=mmap,munmap,madvise,mremap,brk -o $PWD/$OUT/strace.txt"
+  WRAP="strace -f -qq --seccomp-bpf -c -U name,calls -e trace=mmap,munmap,madvise,mremap,brk -o $PWD/$TMP/strace.txt"
   BENCH="startup $BENCH"
   for b in $BENCH; do
     for v in "${VARIANTS[@]}"; do
       printf '\rstrace %-14s %-9s ' "$b" "$v" >&2
       if res=$(run_one "$v" "$b"); then
-        counts=$(awk '$1 ~ /^(mmap|munmap|madvise|mremap|brk)$/ { printf " %s=%s", $1, $2 }' "$OUT/strace.txt")
+        counts=$(awk '$1 ~ /^(mmap|munmap|madvise|mremap|brk)$/ { printf " %s=%s", $1, $2 }' "$TMP/strace.txt")
         echo "$b $v 1 ${res%% *}$counts" >>"$stem-syscalls.raw"
-      else printf '\nFAILED: %s under %s\n' "$b" "$v" >&2; tail -5 "$OUT/last.err" >&2; fi
+      else printf '\nFAILED: %s under %s\n' "$b" "$v" >&2; tail -5 "$TMP/last.err" >&2; fi
     done
   done
   echo >&2
