@@ -196,7 +196,8 @@ def syscalls(stem, commit, benches, variants):
     md = [f"# OS calls per run (strace -f -c): {commit}, {datetime.date.today()}", "",
           "One run of each benchmark per allocator. The counts include those of start-up, shown alone in the "
           "row `startup` (a run that allocates nothing). larson runs for a fixed time, so its counts grow "
-          "with its throughput.", ""]
+          "with its throughput; larson and churn start thousands of threads, and glibc releases each "
+          "exited thread's stack with one madvise, whatever the allocator.", ""]
     rows = []
     for b in benches:
         for v in variants:

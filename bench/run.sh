@@ -23,7 +23,9 @@ TIMEOUT=${TIMEOUT:-300}
 mkdir -p "$OUT" "$RESULTS"
 TMP=$(mktemp -d "$OUT/run.XXXXXX")     # this run's scratch files: runs may overlap
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 130' INT TERM   # timeout keeps runs out of the terminal's signals: stop after this run
 note() { echo "note: $*" >&2; }
+failed() { printf '\nFAILED: %s under %s:\n' "$1" "$2" >&2; tail -5 "$TMP/last.err" >&2; }
 
 # ---- what the mode needs, installed from Debian's packages when missing ----
 packages=(time python3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools)
@@ -165,7 +167,7 @@ interleave() {  # raw-file
         printf '\r[%d/%d] run %d/%d %-14s %-9s %4ds elapsed, ~%ds left ' "$n" "$total" "$run" "$RUNS" "$b" "$v" \
           $((SECONDS - start)) "$left" >&2
         if res=$(run_one "$v" "$b"); then echo "$b $v $run $res" >>"$raw"
-        else printf '\nFAILED: %s under %s:\n' "$b" "$v" >&2; tail -5 "$TMP/last.err" >&2; fi
+        else failed "$b" "$v"; fi
       done
     done
   done
@@ -174,7 +176,7 @@ interleave() {  # raw-file
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src include 2>/dev/null || commit+="+dirty"
-stem=$RESULTS/$(date +%F)-$commit
+stem=$RESULTS/$(date +%F-%H%M%S)-$commit
 
 case $MODE in
 compare)
@@ -238,7 +240,7 @@ syscalls)
       if res=$(run_one "$v" "$b"); then
         counts=$(awk '$1 ~ /^(mmap|munmap|madvise|mremap|brk)$/ { printf " %s=%s", $1, $2 }' "$TMP/strace.txt")
         echo "$b $v 1 ${res%% *}$counts" >>"$stem-syscalls.raw"
-      else printf '\nFAILED: %s under %s\n' "$b" "$v" >&2; tail -5 "$TMP/last.err" >&2; fi
+      else failed "$b" "$v"; fi
     done
   done
   echo >&2
