@@ -177,12 +177,14 @@ def callgrind(stem, commit):
           "valgrind --tool=callgrind at two iteration counts; the difference, less the benchmark's own loop, "
           "divided by the extra malloc+free pairs: the allocator's user-space instructions per pair "
           "(exact and repeatable; system calls and page faults are not counted).", ""]
-    hdr = ["benchmark"] + variants + ([f"hakmem/{REF}"] if {"hakmem", REF} <= set(variants) else [])
+    # One ratio column: hakmem against the reference, or the second build against the first.
+    pair = ("hakmem", REF) if {"hakmem", REF} <= set(variants) else tuple(variants[::-1]) if len(variants) == 2 else None
+    hdr = ["benchmark"] + variants + ([f"{pair[0]}/{pair[1]}"] if pair else [])
     rows = []
     for b in benches:
         row = [b] + [f"{per_pair[(b, v)]:.1f}" if (b, v) in per_pair else "-" for v in variants]
-        if len(hdr) > len(variants) + 1:
-            row.append(f"{per_pair[(b, 'hakmem')] / per_pair[(b, REF)]:.2f}")
+        if pair and (b, pair[0]) in per_pair and (b, pair[1]) in per_pair:
+            row.append(f"{per_pair[(b, pair[0])] / per_pair[(b, pair[1])]:.3f}")
         rows.append(row)
     md += table(hdr, rows)
     md += ["", "The benchmark loop itself (not counted above): " +

@@ -5,7 +5,8 @@
 #                                 jemalloc and tcmalloc, interleaved; table + chart
 #   bench/run.sh ab SPEC_A SPEC_B two builds or two settings of hakmem, RUNS >= 10
 #                                 interleaved; a GO / NEUTRAL / NO-GO verdict each
-#   bench/run.sh callgrind        instructions per malloc+free pair (valgrind)
+#   bench/run.sh callgrind [SPEC...]  instructions per malloc+free pair (valgrind),
+#                                 of the allocators or of the given hakmem SPECs
 #   bench/run.sh syscalls         mmap/munmap/madvise/mremap/brk calls (strace)
 #
 # SPEC is a git revision, "." for the working tree, either one followed by
@@ -133,6 +134,13 @@ build_rev() {
   echo "$PWD/$dir/build/libhakmem.so"
 }
 
+# A variant from a SPEC: REV[:VAR=VALUE...], "." (or nothing) for the working tree.
+add_spec() {  # name spec
+  local -a parts
+  IFS=: read -ra parts <<<"$2"
+  VARIANTS+=("$1"); VLIB[$1]=$(build_rev "${parts[0]:-.}"); VENV[$1]="${parts[*]:1}"
+}
+
 # ---- running one benchmark once ----------------------------------------------
 # Only the benchmark gets the preload and settings (not timeout, time or a
 # wrapper).  WRAP is a command put in front of it (strace); redis.sh puts it in
@@ -193,17 +201,15 @@ ab)
   [ $# -eq 3 ] || { echo "usage: bench/run.sh ab SPEC_A SPEC_B   (SPEC: REV[:VAR=VALUE...], . = working tree)" >&2; exit 2; }
   RUNS=${RUNS:-10}
   [ "$RUNS" -ge 10 ] || note "RUNS=$RUNS: verdicts need at least 10 runs to be trusted"
-  for v in A B; do
-    spec=$([ $v = A ] && echo "$2" || echo "$3")
-    IFS=: read -ra parts <<<"$spec"
-    VARIANTS+=("$v"); VLIB[$v]=$(build_rev "${parts[0]:-.}"); VENV[$v]="${parts[*]:1}"
-  done
+  add_spec A "$2"
+  add_spec B "$3"
   stem=$RESULTS/$(date +%F-%H%M%S)-ab
   interleave "$stem.raw"
   python3 bench/report.py ab "$stem" "$2" "$3" "$RUNS" "$BENCH" ;;
 callgrind)
   command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
-  use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"
+  if [ $# -gt 1 ]; then for spec in "${@:2}"; do add_spec "$spec" "$spec"; done
+  else use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"; fi
   # Two iteration counts; their difference cancels start-up and exit, and the
   # benchmark's own loop (main's self cost) is subtracted: what is left is the
   # allocator's instructions for the extra malloc+free pairs (user space only).
@@ -214,7 +220,7 @@ callgrind)
     for v in "${VARIANTS[@]}"; do
       for iters in 200000 1200000; do
         printf '\rcallgrind %-10s %-9s %8d iterations ' "$b" "$v" "$iters" >&2
-        LD_PRELOAD=${VLIB[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
+        env LD_PRELOAD="${VLIB[$v]}" ${VENV[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
           "$prog" "$iters" $args >"$TMP/cg.res"
         callgrind_annotate --threshold=100 "$TMP/cg.out" >"$TMP/cg.txt"
         awk -v b="$b" -v v="$v" -v it="$iters" '
