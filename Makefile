@@ -65,6 +65,54 @@ san-run: $(BUILD)/libhakmem.a $(addprefix $(BUILD)/tests/,$(SAN_TESTS))
 
 $(BUILD)/tests/%: TEST_CFLAGS += $(if $(findstring -fsanitize,$(CFLAGS)),$(filter -fsanitize=% -fno-sanitize%,$(CFLAGS)) -DHAKMEM_NO_OVERRIDE,)
 
+# ---- install ---------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=staging dir]: the shared and static
+# libraries, hakmem.h, hakmem.pc, the CMake package (find_package(hakmem)) and
+# the hakmem launcher.  make uninstall removes exactly those files.
+# The CMake package and the launcher find the rest of the installation
+# relative to themselves, so an installed tree can be moved; hakmem.pc names
+# PREFIX, as pkg-config files do (pkg-config --define-variable=prefix=... moves it).
+HAKMEM_VERSION = 0.1.0
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+CMAKEDIR     ?= $(LIBDIR)/cmake/hakmem
+INSTALL      ?= install
+
+# the path from directory $(1) to directory $(2)
+relpath = $(shell realpath -m --relative-to=$(1) $(2))
+SUBST = sed -e 's|@VERSION@|$(HAKMEM_VERSION)|g' \
+            -e 's|@PREFIX@|$(PREFIX)|g' \
+            -e 's|@PREFIX_TO_LIBDIR@|$(call relpath,$(PREFIX),$(LIBDIR))|g' \
+            -e 's|@PREFIX_TO_INCLUDEDIR@|$(call relpath,$(PREFIX),$(INCLUDEDIR))|g' \
+            -e 's|@CMAKE_TO_LIBDIR@|$(call relpath,$(CMAKEDIR),$(LIBDIR))|g' \
+            -e 's|@CMAKE_TO_INCLUDEDIR@|$(call relpath,$(CMAKEDIR),$(INCLUDEDIR))|g' \
+            -e 's|^libdir_rel=.*|libdir_rel=$(call relpath,$(BINDIR),$(LIBDIR))|'
+INSTALLED = $(BINDIR)/hakmem $(LIBDIR)/libhakmem.so $(LIBDIR)/libhakmem.a $(INCLUDEDIR)/hakmem.h \
+            $(PKGCONFIGDIR)/hakmem.pc $(CMAKEDIR)/hakmemConfig.cmake $(CMAKEDIR)/hakmemConfigVersion.cmake
+
+.PHONY: install uninstall
+install: all
+	@mkdir -p $(BUILD)/pkg
+	$(SUBST) packaging/hakmem.pc.in >$(BUILD)/pkg/hakmem.pc
+	$(SUBST) packaging/hakmemConfig.cmake.in >$(BUILD)/pkg/hakmemConfig.cmake
+	$(SUBST) packaging/hakmemConfigVersion.cmake.in >$(BUILD)/pkg/hakmemConfigVersion.cmake
+	$(SUBST) tools/hakmem >$(BUILD)/pkg/hakmem
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+	              $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR)
+	$(INSTALL) -m 755 $(BUILD)/pkg/hakmem $(DESTDIR)$(BINDIR)/hakmem
+	$(INSTALL) -m 755 $(BUILD)/libhakmem.so $(DESTDIR)$(LIBDIR)/libhakmem.so
+	$(INSTALL) -m 644 $(BUILD)/libhakmem.a $(DESTDIR)$(LIBDIR)/libhakmem.a
+	$(INSTALL) -m 644 include/hakmem.h $(DESTDIR)$(INCLUDEDIR)/hakmem.h
+	$(INSTALL) -m 644 $(BUILD)/pkg/hakmem.pc $(DESTDIR)$(PKGCONFIGDIR)/hakmem.pc
+	$(INSTALL) -m 644 $(BUILD)/pkg/hakmemConfig.cmake $(BUILD)/pkg/hakmemConfigVersion.cmake $(DESTDIR)$(CMAKEDIR)/
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null || true
+
 # ---- benchmarks ----------------------------------------------------------
 bench: all
 	@bench/run.sh
