@@ -1,0 +1,146 @@
+//! The hakmem memory allocator as Rust's global allocator.
+//!
+//! ```
+//! #[global_allocator]
+//! static GLOBAL: hakmem::HakMem = hakmem::HakMem;
+//!
+//! fn main() {
+//!     let v = vec![7u8; 1 << 20];
+//!     assert!(hakmem::stats().in_use >= v.len());
+//! }
+//! ```
+//!
+//! Rust's allocations then go to hakmem through its `hakmem_*` C API.  C code
+//! in the same program keeps the C library's `malloc`, unless the crate's
+//! `override` feature is enabled: then hakmem also replaces `malloc`, `free`
+//! and the rest of the C API for the whole process, as `-lhakmem` does.
+#![no_std]
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr;
+
+/// The C API of `include/hakmem.h` that the allocator uses.
+pub mod ffi {
+    use core::ffi::c_void;
+
+    /// `hakmem_stats_t`: see [`crate::stats`].
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Stats {
+        /// bytes in blocks handed out and not yet freed (block sizes)
+        pub in_use: usize,
+        /// bytes of hakmem's memory that may be resident
+        pub committed: usize,
+        /// bytes of address space mapped from the OS
+        pub mapped: usize,
+        /// the highest value `mapped` has had
+        pub peak_mapped: usize,
+        /// of `mapped`: empty segments and freed big blocks kept for reuse
+        pub cached: usize,
+        /// bytes returned to the OS since start
+        pub purged: usize,
+        /// 4 MiB segments mapped
+        pub segments: usize,
+        /// live blocks above 2 MiB (each has its own mapping)
+        pub huge_blocks: usize,
+        /// threads that have a heap
+        pub threads: usize,
+        pub mmap_calls: usize,
+        pub munmap_calls: usize,
+        pub madvise_calls: usize,
+        pub mremap_calls: usize,
+        /// allocations since start (only counted with `HAKMEM_STATS=1`)
+        pub mallocs: usize,
+        /// frees since start (only counted with `HAKMEM_STATS=1`)
+        pub frees: usize,
+        /// bytes requested since start (only counted with `HAKMEM_STATS=1`)
+        pub requested: usize,
+        /// frees of blocks another thread allocated (only with `HAKMEM_STATS=1`)
+        pub remote_frees: usize,
+    }
+
+    extern "C" {
+        pub fn hakmem_malloc(size: usize) -> *mut c_void;
+        pub fn hakmem_calloc(n: usize, size: usize) -> *mut c_void;
+        pub fn hakmem_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+        pub fn hakmem_aligned_alloc(alignment: usize, size: usize) -> *mut c_void;
+        pub fn hakmem_free(p: *mut c_void);
+        pub fn hakmem_malloc_usable_size(p: *const c_void) -> usize;
+        pub fn hakmem_stats_get(out: *mut Stats);
+    }
+}
+
+/// Every hakmem block is aligned to at least this (`max_align_t`).
+const MIN_ALIGN: usize = 16;
+
+/// The hakmem allocator; use it as `#[global_allocator]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HakMem;
+
+unsafe impl GlobalAlloc for HakMem {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            ffi::hakmem_malloc(layout.size()).cast()
+        } else {
+            ffi::hakmem_aligned_alloc(layout.align(), layout.size()).cast()
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            return ffi::hakmem_calloc(1, layout.size()).cast();
+        }
+        let p = self.alloc(layout);
+        if !p.is_null() {
+            ptr::write_bytes(p, 0, layout.size());
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, p: *mut u8, _layout: Layout) {
+        ffi::hakmem_free(p.cast());
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            return ffi::hakmem_realloc(p.cast(), new_size).cast();
+        }
+        // hakmem_realloc promises only MIN_ALIGN when it moves a block, so an
+        // over-aligned block stays where it is if it still fits (and is not
+        // mostly wasted), or else moves by hand to a block of its alignment.
+        let usable = ffi::hakmem_malloc_usable_size(p.cast());
+        if new_size <= usable && new_size >= usable / 2 {
+            return p;
+        }
+        let q = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+        if !q.is_null() {
+            ptr::copy_nonoverlapping(p, q, layout.size().min(new_size));
+            self.dealloc(p, layout);
+        }
+        q
+    }
+}
+
+impl HakMem {
+    /// The usable size of a block hakmem handed out: at least the size it was
+    /// requested with, and all of it may be written.
+    ///
+    /// # Safety
+    /// `p` must be a live block from this allocator.
+    pub unsafe fn usable_size(p: *const u8) -> usize {
+        ffi::hakmem_malloc_usable_size(p.cast())
+    }
+}
+
+/// A snapshot of hakmem's memory in the whole process (every thread's),
+/// taken by walking its segments: cheap enough now and then, not per call.
+pub fn stats() -> ffi::Stats {
+    let mut s = ffi::Stats::default();
+    // SAFETY: hakmem_stats_get fills exactly one hakmem_stats_t.
+    unsafe { ffi::hakmem_stats_get(&mut s) };
+    s
+}
