@@ -3,6 +3,7 @@
 # status and print exactly what it prints under glibc's malloc, and hakmem
 # must report no error.  A program that is not installed is skipped (one
 # "ok - ... # SKIP" line); each run has a time limit (PRELOAD_TIMEOUT, 120 s).
+# A note gives each check's time (both runs).
 set -u
 BUILD=${BUILD:-build}
 LIB=$(cd "$BUILD" && pwd)/libhakmem.so
@@ -17,6 +18,7 @@ check() {  # name, command string (run by bash -c)
   if [ -z "$tool" ] || ! command -v "$tool" >/dev/null 2>&1; then
     echo "ok - preload:$name # SKIP ${tool:-program} not installed"; return
   fi
+  local start=$SECONDS
   timeout "$LIMIT" bash -c "$cmd" >"$tmp/ref" 2>"$tmp/ref.err"
   local rc_ref=$?
   # The preload is exported inside, so every process of the pipeline runs on hakmem.
@@ -39,6 +41,7 @@ check() {  # name, command string (run by bash -c)
   else
     echo "ok - preload:$name ($(wc -c <"$tmp/out") bytes of output)"
   fi
+  echo "# preload:$name: $((SECONDS - start))s (glibc and hakmem)"
 }
 
 # Is the library really in use?  The exit report only appears when it is.
@@ -145,3 +148,24 @@ int main(void) { struct node *h = 0; for (int i = 0; i < 1000; i++) { struct nod
   long s = 0; while (h) { struct node *n = h->next; s += h->v; free(h); h = n; } printf("%ld\n", s); return 0; }
 C
 check gcc_compile "gcc -O2 -Wall -c $tmp/prog.c -o $tmp/prog.o && gcc $tmp/prog.o -o $tmp/prog && $tmp/prog"
+
+# Compilers at work: hakmem's own sources (gcc -O2 -g, the objects must be
+# identical), and a template-heavy C++ program (cc1plus parses and optimizes
+# much of the standard library) that then counts the words of this tree.
+src=$PWD
+mkdir "$tmp/hm"
+check gcc_compile_hakmem "cd $tmp/hm && gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -I$src/include -I$src/src -fPIC -c $src/src/*.c &&
+  gcc -shared -pthread *.o -o hm.so && md5sum *.o && nm -D --defined-only hm.so | wc -l && rm -f *.o hm.so"
+check gxx_compile_stl "g++ -O2 -Wall -frandom-seed=hakmem $src/tests/apps/wordfreq.cc -o $tmp/wordfreq &&
+  cat $src/README.md $src/src/*.c $src/src/*.h | $tmp/wordfreq"
+
+# Part of Python's own test suite, allocation-heavy modules: every test's
+# name and result, and the summary, must be the same.
+mods="test_json test_dict test_list test_set test_unicode test_bytes test_pickle test_re test_collections"
+if [ -z "$PY" ]; then
+  echo "ok - preload:python_regrtest # SKIP python3 not installed"
+elif ! "$PY" -c "import test.support, $(echo "$mods" | sed 's/\(test_[a-z]*\)/test.\1/g; s/ /, /g')" 2>/dev/null; then
+  echo "ok - preload:python_regrtest # SKIP Python's test suite is not installed (Debian: libpython3.$("$PY" -c 'import sys; print(sys.version_info[1])')-testsuite)"
+else
+  PYTHONHASHSEED=0 check python_regrtest "$PY -m test -v $mods 2>&1 | grep -aE ' \.\.\. |^(Total tests|Tests result|Result):'; exit \${PIPESTATUS[0]}"
+fi
