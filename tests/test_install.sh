@@ -101,7 +101,7 @@ fi
 launcher_finds prefix "$p/bin/hakmem" "$p/lib/libhakmem.so"
 make -s uninstall BUILD="$BUILD" PREFIX="$p" >"$tmp/log" 2>&1
 left=$(find "$p" -type f -o -type l -o -type d -path "*/cmake/hakmem")
-[ -z "$left" ]; result prefix_uninstall_removes_all $? "left behind: $(echo $left)"
+[ -z "$left" ]; result prefix_uninstall_removes_all $? "left behind: $(tr "\n" " " <<<"$left")"
 
 # ---- make install DESTDIR=... with a custom LIBDIR, then moved ---------------
 stage=$tmp/stage P=/opt/hakmem-test L=/opt/hakmem-test/lib/x86_64-linux-gnu
@@ -120,4 +120,4 @@ launcher_finds moved "$moved/bin/hakmem" "$ML/libhakmem.so"
 mv "$moved" "$stage$P"
 make -s uninstall BUILD="$BUILD" DESTDIR="$stage" PREFIX="$P" LIBDIR="$L" >"$tmp/log" 2>&1
 left=$(find "$stage" -type f -o -type l -o -type d -path "*/cmake/hakmem")
-[ -z "$left" ]; result destdir_uninstall_removes_all $? "left behind: $(echo $left)"
+[ -z "$left" ]; result destdir_uninstall_removes_all $? "left behind: $(tr "\n" " " <<<"$left")"

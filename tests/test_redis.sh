@@ -153,7 +153,7 @@ brc=$?
 shutdown_server
 tr '\r' '\n' <"$tmp/bench" | grep ' requests per second' >"$tmp/rps"
 done_tests=0
-for t in ${tests//,/ }; do grep -qi "^ *$t[: ]" "$tmp/rps" && done_tests=$((done_tests + 1)); done
+for t in ${tests//,/ }; do grep -qi "^ *${t}[: ]" "$tmp/rps" && done_tests=$((done_tests + 1)); done
 if [ $brc -ne 0 ] || [ "$done_tests" -ne 10 ] || [ "$server_rc" -ne 0 ] || grep -q '^hakmem:' "$tmp/server.out" "$tmp/bench.err"; then
   echo "not ok - redis:benchmark: exit $brc, $done_tests of 10 tests done, server exit $server_rc"
   cat "$tmp/bench.err" "$tmp/server.out" | head -5 | sed 's/^/    # /'
