@@ -49,6 +49,7 @@ pub mod ffi {
         pub munmap_calls: usize,
         pub madvise_calls: usize,
         pub mremap_calls: usize,
+        pub mprotect_calls: usize,
         /// allocations since start (only counted with `HAKMEM_STATS=1`)
         pub mallocs: usize,
         /// frees since start (only counted with `HAKMEM_STATS=1`)
