@@ -233,6 +233,7 @@ void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
+uint64_t segment_cache_decay(void);                /* next deadline, 0 = none */
 uint64_t segment_tidy_abandoned(bool force, size_t *left);  /* next deadline, 0 = none */
 void    segment_fork_prepare(void), segment_fork_parent(void), segment_fork_child(void);
 static inline page_t *page_of(segment_t *s, const void *p) {

@@ -89,6 +89,7 @@ static uint64_t pass(uint64_t *poll) {
   size_t abandoned;                          /* (their late remote frees reach nobody) */
   next = min_due(next, segment_tidy_abandoned(false, &abandoned));
   watching |= abandoned > 0;
+  next = min_due(next, segment_cache_decay());
   uint64_t huge;
   segment_huge_cache_purge(false, &huge);
   next = min_due(next, huge);

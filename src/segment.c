@@ -4,7 +4,9 @@
  * of 64 KiB slices as pages.  A huge segment holds a single block bigger than
  * LARGE_MAX and belongs to no heap: any thread may free it.  Freed slices stay
  * mapped but are purged (MADV_DONTNEED) once they have been free for
- * purge_delay_ms; empty segments go to a small cache or back to the OS.
+ * purge_delay_ms; an empty segment goes at once to a small cache shared by
+ * all threads (still resident, so the next thread to need a segment gets warm
+ * memory) and is purged there after the delay, or back to the OS.
  * Segments of exited threads are abandoned and later reclaimed by a live
  * thread that allocates or frees into them. */
 #include "internal.h"
@@ -24,7 +26,7 @@ static segment_t *abandoned;                 /* doubly linked via next/prev */
 static _Atomic size_t abandoned_count;
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static segment_t *cache;                     /* empty, purged segments */
+static segment_t *cache;                     /* empty segments, newest first */
 static size_t cache_count;
 
 /* Every mapped segment (normal or huge, in use or cached) is registered, so a
@@ -77,22 +79,31 @@ static void segment_header_init(segment_t *s, size_t size, bool fresh) {
   s->size = size;
 }
 
+static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
+
 static segment_t *segment_new(heap_t *h) {
   segment_t *s = NULL;
   pthread_mutex_lock(&cache_lock);
   if (cache) { s = cache; list_remove(&cache, s); cache_count--; }
   pthread_mutex_unlock(&cache_lock);
   bool fresh = !s;
+  uint64_t dirty = 0;
   if (!s) {
     s = os_map_aligned(SEG_SIZE, SEG_SIZE);
     if (!s) return NULL;
     stat_inc(STAT_SEGMENTS);
+  } else {
+    dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
   }
   segment_header_init(s, SEG_SIZE, fresh);
   if (fresh) registry_add(s);
   s->heap = h;
   list_push(&h->segments, s);
   segmap_set(s, SEGMAP_NORMAL);
+  if (dirty) {
+    s->dirty_slices = dirty;
+    schedule_purge(h, s, os_now_ms());
+  }
   return s;
 }
 
@@ -126,19 +137,50 @@ static void segment_purge(segment_t *s, uint64_t mask) {
 
 void segment_unlink(heap_t *h, segment_t *s) { list_remove(&h->segments, s); }
 
-/* An empty segment, on no list any more, goes to the cache (purged) or to the OS. */
+/* (cache_lock held) Purge the cached segments whose delay has passed (all
+ * of them if force); returns the next deadline, 0 if none. */
+static uint64_t cache_decay(uint64_t now, bool force) {
+  uint64_t next = 0;
+  for (segment_t *s = cache; s; s = s->next) {
+    if (!s->dirty_slices) continue;
+    if (force || now >= s->purge_ms) segment_purge(s, ~0ull);
+    else if (!next || s->purge_ms < next) next = s->purge_ms;
+  }
+  return next;
+}
+
+/* An empty segment, on no list any more, goes to the front of the cache as
+ * it is (a thread about to need a segment gets resident memory), and is
+ * purged there after the delay; the oldest beyond the cache's size is
+ * unmapped. */
 static void segment_discard(segment_t *s) {
   segmap_set(s, 0);
   s->heap = NULL;
-  segment_purge(s, ~0ull);
+  uint64_t now = os_now_ms(), due = 0;
+  segment_t *drop = s;
   pthread_mutex_lock(&cache_lock);
-  if (cache_count < (size_t)hm_options.segment_cache) {
+  if (hm_options.segment_cache > 0) {
+    s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
     list_push(&cache, s);
-    cache_count++;
-    s = NULL;
+    drop = NULL;
+    if (++cache_count > (size_t)hm_options.segment_cache) {
+      for (drop = cache; drop->next; drop = drop->next) {}
+      list_remove(&cache, drop);
+      cache_count--;
+    }
+    due = cache_decay(now, false);
   }
   pthread_mutex_unlock(&cache_lock);
-  if (s) { stat_dec(STAT_SEGMENTS); segment_unmap(s); }
+  if (drop) { stat_dec(STAT_SEGMENTS); segment_unmap(drop); }
+  if (due) purge_arm(due);
+}
+
+/* The purger: purge cached segments whose delay has passed; next deadline. */
+uint64_t segment_cache_decay(void) {
+  pthread_mutex_lock(&cache_lock);
+  uint64_t next = cache_decay(os_now_ms(), false);
+  pthread_mutex_unlock(&cache_lock);
+  return next;
 }
 
 /* An empty segment leaves its heap. */
@@ -226,13 +268,23 @@ static void page_slices_free(segment_t *s, page_t *pg) {
  * its heap until the decay has purged it (it may be reused before that), then
  * leaves unless it is the heap's only segment (segment_purge_due).  Returns
  * true if s was released. */
-static bool segment_after_free(heap_t *h, segment_t *s) {
-  uint64_t now = os_now_ms();
+static void schedule_purge(heap_t *h, segment_t *s, uint64_t now) {
   if (!s->purge_ms) {
     s->purge_ms = now + h->purge_delay_ms;
     purge_arm(s->purge_ms);          /* in case this thread goes quiet before then */
   }
   if (!h->next_purge_ms || s->purge_ms < h->next_purge_ms) h->next_purge_ms = s->purge_ms;
+}
+
+/* A segment that became empty leaves at once (to the shared cache) unless it
+ * is its heap's only one. */
+static bool segment_after_free(heap_t *h, segment_t *s) {
+  if (s->used_slices == 1 && (h->segments != s || s->next)) {
+    segment_release_empty(h, s);
+    return true;
+  }
+  uint64_t now = os_now_ms();
+  schedule_purge(h, s, now);
   if (now >= h->next_purge_ms) return segment_purge_due(h, false, s);
   return false;
 }
@@ -280,8 +332,8 @@ bool segment_purge_due(heap_t *h, bool force, segment_t *watch) {
   bool watched_released = false;
   for (segment_t *s = h->segments, *snext; s; s = snext) {
     snext = s->next;
-    if (s->used_slices == 1 && !s->dirty_slices && (h->segments != s || s->next)) {
-      watched_released |= s == watch;       /* empty and purged: leave the heap */
+    if (s->used_slices == 1 && (h->segments != s || s->next)) {
+      watched_released |= s == watch;       /* empty: leave the heap */
       segment_release_empty(h, s);
       continue;
     }
@@ -294,10 +346,6 @@ bool segment_purge_due(heap_t *h, bool force, segment_t *watch) {
     s->aged_slices = s->dirty_slices;
     s->purge_ms = s->dirty_slices ? now + h->purge_delay_ms : 0;
     if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms;
-    if (s->used_slices == 1 && !s->dirty_slices && (h->segments != s || s->next)) {
-      watched_released |= s == watch;
-      segment_release_empty(h, s);
-    }
   }
   h->next_purge_ms = next;
   return watched_released;
@@ -533,6 +581,9 @@ void segment_census(census_t *c) {
     }
     c->segments++;
     c->committed += header;
+    uint64_t dirty = (uint64_t)__builtin_popcountll(s->dirty_slices & ~s->used_slices) * SLICE_SIZE;
+    c->committed += dirty;
+    c->purgeable += dirty;
     if (!kind) { c->cached += s->size; continue; }          /* empty, in the cache */
     for (size_t i = 1; i < SLICES; i++) {
       page_t *pg = s->slice_page[i];
@@ -543,9 +594,6 @@ void segment_census(census_t *c) {
       c->in_use += (uint64_t)page_used(pg) * pg->block_size;
       c->committed += (page_area(pg) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
     }
-    uint64_t dirty = (uint64_t)__builtin_popcountll(s->dirty_slices & ~s->used_slices) * SLICE_SIZE;
-    c->committed += dirty;
-    c->purgeable += dirty;
   }
   pthread_mutex_unlock(&registry_lock);
 }
