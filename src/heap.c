@@ -41,6 +41,7 @@ static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
  * page).  In slow mode they stay empty: every malloc then takes the slow
  * path, where it is counted or checked, and the fast path pays nothing. */
 static void direct_update(heap_t *h, size_t c) {
+  if (h->queue[c].first) h->queue[c].first->spare = 0;   /* in use again: not the purger's */
   if (hm_slow_mode) return;
   page_t *pg = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
   size_t top = class_size(c);
@@ -133,8 +134,24 @@ void heap_page_retire(heap_t *h, page_t *pg) {
   heap_leave(h);
 }
 
+/* An empty one-slice page that is not the class's current one is kept too,
+ * second in line, if no other is (a batch that spans two pages then does not
+ * free and re-carve one of them each time); the purger takes it back if the
+ * thread goes quiet. */
 void heap_page_retire_locked(heap_t *h, page_t *pg) {
-  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) return;
+  if (pg->cls < CLASSES && !(pg->flags & PAGE_FULL)) {
+    pageq_t *q = &h->queue[pg->cls];
+    if (q->first == pg) return;
+    page_t *second = q->first->next;
+    if (pg->slices == 1 && (second == pg || !second->spare)) {
+      if (second != pg) {
+        pageq_remove(q, pg);
+        pageq_insert_after(q, q->first, pg);
+      }
+      pg->spare = 1;
+      return;
+    }
+  }
   if (pg->flags & PAGE_FULL) pageq_remove(&h->full, pg);
   else queue_remove(h, pg);
   segment_page_free(pg);
@@ -151,8 +168,11 @@ static size_t class_slices(size_t bsize) {
 }
 
 /* The page to allocate class c from: the first page of the queue that has a
- * free block after collecting remote frees or carving more; full pages met on
- * the way are parked.  Maps a new page when none has room. */
+ * free block after collecting remote frees or carving more.  A full page met
+ * on the way goes to the back of the queue the first time: the owner's frees
+ * into it stay on the fast path, and a page of few big blocks is soon in use
+ * again.  Met full a second time, it is parked, so the walk never passes over
+ * a page more than twice.  Maps a new page when none has room. */
 static page_t *find_page(heap_t *h, size_t c) {
   pageq_t *q = &h->queue[c];
   page_t *pg = q->first;
@@ -161,9 +181,17 @@ static page_t *find_page(heap_t *h, size_t c) {
     if (pg->free) break;
     page_collect(pg);
     if (pg->free || page_extend(pg)) break;
-    if (!page_park(h, pg)) { page_collect(pg); break; }
+    if (!pg->full_once && next) {
+      pg->full_once = 1;
+      queue_remove(h, pg);
+      pageq_push(q, pg);
+    } else if (!page_park(h, pg)) {
+      page_collect(pg);
+      break;
+    }
     pg = next;
   }
+  if (pg) pg->full_once = 0;
   if (!pg) {
     pg = segment_page_alloc(h, class_slices(class_size(c)), (uint8_t)c);
     if (!pg) return NULL;
@@ -299,7 +327,7 @@ void heap_collect_all(heap_t *h) {
 static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
   bool parked = pg->flags & PAGE_FULL;
   if (!parked && h->queue[pg->cls].first == pg) return false;
-  if (!page_unreachable(pg, elsewhere)) return false;
+  if (!pg->spare && !page_unreachable(pg, elsewhere)) return false;
   pageq_remove(parked ? &h->full : &h->queue[pg->cls], pg);
   segment_page_free(pg);
   stat_os(STAT_TRIMMED);

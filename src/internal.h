@@ -95,6 +95,8 @@ typedef struct page_s {
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
   uint8_t is_zero;               /* carved-but-never-used memory is zero */
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
+  uint8_t full_once;             /* found full once and sent to the back of its queue */
+  uint8_t spare;                 /* empty, kept second in its queue for the next refill */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
@@ -248,6 +250,7 @@ void  page_set_tf_state(page_t *pg, uintptr_t st);
 bool  page_try_notify(page_t *pg);
 void  pageq_push(pageq_t *q, page_t *pg);
 void  pageq_push_front(pageq_t *q, page_t *pg);
+void  pageq_insert_after(pageq_t *q, page_t *at, page_t *pg);
 void  pageq_remove(pageq_t *q, page_t *pg);
 void  page_free_local_slow(page_t *pg, block_t *b);
 void  page_free_remote(page_t *pg, block_t *b);

@@ -218,6 +218,13 @@ void pageq_push_front(pageq_t *q, page_t *pg) {
   q->first = pg;
 }
 
+void pageq_insert_after(pageq_t *q, page_t *at, page_t *pg) {
+  pg->prev = at;
+  pg->next = at->next;
+  if (at->next) at->next->prev = pg; else q->last = pg;
+  at->next = pg;
+}
+
 void pageq_remove(pageq_t *q, page_t *pg) {
   if (pg->prev) pg->prev->next = pg->next; else q->first = pg->next;
   if (pg->next) pg->next->prev = pg->prev; else q->last = pg->prev;
