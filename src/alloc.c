@@ -92,10 +92,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p) {
   if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
   if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_SENT);
   page_free_remote(pg, (block_t *)p);
-  /* An owner the purger found idle does not collect this: have it looked at. */
-  if (owner && unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed)) &&
-      atomic_exchange_explicit(&owner->idle, 0, memory_order_relaxed))
-    purge_arm(os_now_ms() + (uint64_t)hm_options.purge_delay_ms);
+  if (owner && unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
 }
 
 /* ---- the API -------------------------------------------------------------- */

@@ -123,6 +123,13 @@ void heap_leave(heap_t *h) {
   purge_start_if_wanted();          /* (it allocates: never with a heap locked) */
 }
 
+/* An owner the purger found idle does not collect what other threads free
+ * into its pages: have the purger look at it again. */
+void heap_wake_idle(heap_t *h) {
+  if (atomic_exchange_explicit(&h->idle, 0, memory_order_relaxed))
+    purge_arm(os_now_ms() + (uint64_t)hm_options.purge_delay_ms);
+}
+
 /* The last block of a page came back (free's fast path).  Keep the page if it
  * is the one the class allocates from (so a malloc/free ping-pong does not
  * map and unmap); otherwise give its slices back to the segment.  Only the
@@ -238,7 +245,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
       pg->reserved = pg->capacity = 1;
       page_set_used(pg, 1);
       pg->magic = UINT64_MAX / bs + 1;
-      pg->key = (h->rand += 0x9E3779B97F4A7C15ull) | (1ull << 63);
+      page_set_key(pg, h->rand += 0x9E3779B97F4A7C15ull);
       pg->flags = PAGE_FULL;
       atomic_store_explicit(&pg->thread_free, TF_NOTIFY, memory_order_relaxed);
       atomic_store_explicit(&pg->heap, h, memory_order_release);

@@ -3,19 +3,21 @@
  * malloc(n), n <= 1 KiB:  page = heap->direct[(n+15)/16]; pop page->free
  *                          (bigger classes: heap->medium[class]).
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
- *                          map), page = segment->slice_page[slice of p]; if this
- *                          thread owns the page and p is a block start that
- *                          does not look already freed, push it on page->free.
+ *                          map), page = segment->slice_page[slice of p]; if p
+ *                          is a block start that does not look already freed,
+ *                          push it on page->free if this thread owns the page,
+ *                          else onto the page's thread_free with one CAS.
  * No locks, no atomics, no per-block header.  Anything unusual (first use by a
  * thread, empty page, bigger sizes, another thread's block, a page parked as
  * full, a suspicious pointer) goes to the slow paths in heap.c and alloc.c. */
 #ifndef HAKMEM_HOT_H
 #define HAKMEM_HOT_H
 #include "internal.h"
+#include "options.h"
 
 HM_INLINE void *hm_page_pop(page_t *pg) {
   block_t *b = (block_t *)pg->free;
-  pg->free = dec(pg, b->next);
+  pg->free = b->next ^ pg->pop_key;
   b->next = 0;              /* leave no free-list link in a live block */
   page_set_used(pg, page_used(pg) + 1);
   return b;
@@ -34,17 +36,30 @@ HM_INLINE void *hm_malloc_fast(size_t n) {
   return heap_malloc_slow(h, n);
 }
 
+/* Another thread's block b (not looking free): push it onto its page's
+ * thread_free with one CAS.  False, b untouched, when the page is parked or
+ * being handed over (TF state set): the slow path deals with those. */
+HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
+  uintptr_t data = b->next, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  do {
+    if (unlikely(tf & TF_MASK)) { b->next = data; return false; }
+    b->next = enc(pg, tf);
+  } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (uintptr_t)b,
+                                                  memory_order_release, memory_order_relaxed));
+  if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
+  return true;
+}
+
 HM_INLINE void hm_free_fast(void *p) {
   segment_t *s = segment_checked(p);                 /* NULL for NULL and foreign pointers */
   if (likely(s != NULL)) {
     page_t *pg = page_of(s, p);
+    block_t *b = (block_t *)p;
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    if (likely(atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap &&
-               pg->flags == 0 &&
-               off < page_area(pg) && off * pg->magic < pg->magic)) {   /* one of our blocks' start */
-      block_t *b = (block_t *)p;
-      uintptr_t cand = dec(pg, b->next);             /* b's link, were b already free */
-      if (likely(cand - (uintptr_t)pg->start >= page_area(pg) && cand != 0)) {
+    heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+    if (likely(owner == hm_tls_heap)) {
+      if (likely(pg->flags == 0 && off < page_area(pg) && off * pg->magic < pg->magic &&   /* a block start */
+                 !block_looks_free(pg, b))) {
         b->next = enc(pg, pg->free);
         pg->free = (uintptr_t)b;
         /* release: once the purger reads the new count, these stores are done */
@@ -53,6 +68,9 @@ HM_INLINE void hm_free_fast(void *p) {
         if (unlikely(used == 0)) heap_page_retire(hm_tls_heap, pg);
         return;
       }
+    } else if (owner != NULL && !hm_slow_mode && off < page_area(pg) && off * pg->magic < pg->magic &&
+               !block_looks_free(pg, b) && hm_free_remote_fast(pg, b, owner)) {
+      return;
     }
   }
   hm_free_slow(p);

@@ -85,11 +85,19 @@ struct segment_s;
 #define TF_BUSY       2   /* a remote thread is handing a block to the owner */
 #define TF_MASK       3
 
+/* Three cache lines, by who writes them: free() on any thread reads the
+ * first, the owner's malloc and free write the second, other threads' frees
+ * the third, so neither kind of traffic drags the other's line along. */
 typedef struct page_s {
-  /* hot: used by the owner's malloc/free fast paths */
-  uintptr_t free;                /* encoded head of the free list */
-  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected);
-                                    written by the owner, read by the purger (page_used) */
+  /* set when the page is made (area grows as it is carved): read by every free */
+  uint8_t *start;                /* first block */
+  _Atomic size_t area;           /* bytes carved into blocks */
+  uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
+  uintptr_t key;                 /* free-list encoding key (high bit set) */
+  struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
+  size_t block_size;
+  uint32_t capacity;             /* blocks carved so far */
+  uint32_t reserved;             /* blocks that fit */
   uint8_t flags;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
@@ -97,17 +105,14 @@ typedef struct page_s {
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
   uint8_t full_once;             /* found full once and sent to the back of its queue */
   uint8_t spare;                 /* empty, kept second in its queue for the next refill */
-  struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
-  uintptr_t key;                 /* free-list encoding key (high bit set) */
-  uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
-  uint8_t *start;                /* first block */
-  size_t block_size;
-  _Atomic size_t area;           /* bytes carved into blocks; grows while other threads may read it */
-  uint32_t capacity;             /* blocks carved so far */
-  uint32_t reserved;             /* blocks that fit */
-  /* cold */
-  _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
+  /* the owner's */
+  _Alignas(64) uintptr_t free;   /* encoded head of the free list */
+  uintptr_t pop_key;             /* = key, here so that malloc reads only this line */
+  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected);
+                                    written by the owner, read by the purger (page_used) */
   struct page_s *next, *prev;    /* in a heap queue */
+  /* other threads' */
+  _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
 } page_t;
 
 /* used: only the owner writes it; the purger reads it to tell whether every
@@ -121,6 +126,7 @@ static inline size_t page_area(const page_t *pg) { return atomic_load_explicit(&
 static inline void page_set_area(page_t *pg, size_t a) { atomic_store_explicit(&pg->area, a, memory_order_relaxed); }
 static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
 static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
+static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key = k | (1ull << 63); }
 
 /* Does block b (of pg, not known to be live) look free?  A free block's first
  * word is an encoded link: it decodes to 0 or into the page.  A live block's
@@ -272,7 +278,8 @@ void    heap_leave(heap_t *h);
 bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
 void    heap_unlock(heap_t *h);
 void    heap_page_retire_locked(heap_t *h, page_t *pg);
-void    heap_collect_all(heap_t *h);               /* (owner, locked) collect everything, free empty pages */
+void    heap_collect_all(heap_t *h);
+void    heap_wake_idle(heap_t *h);                 /* a remote free reached a heap the purger trimmed */               /* (owner, locked) collect everything, free empty pages */
 bool    heap_trim_idle(heap_t *h);                 /* (purger, locked) take back unreachable pages */
 heap_t *heap_first(void);                          /* the registry of heaps, for the purger */
 void   *heap_malloc_slow(heap_t *h, size_t n);

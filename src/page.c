@@ -31,7 +31,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   pg->cls = cls;
   pg->magic = UINT64_MAX / block_size + 1;
   h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
-  pg->key = h->rand | (1ull << 63);        /* decode(0) is never a user address */
+  page_set_key(pg, h->rand);             /* (high bit set: decode(0) is never a user address) */
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
   pg->next = pg->prev = NULL;
   atomic_store_explicit(&pg->heap, h, memory_order_release);
