@@ -71,14 +71,14 @@ static void queue_push(heap_t *h, page_t *pg, bool front) {
 static bool page_park(heap_t *h, page_t *pg) {
   if (!page_try_notify(pg)) return false;
   queue_remove(h, pg);
-  pg->flags |= PAGE_FULL;
+  page_set_flags(pg, pg->flags | PAGE_FULL);
   pageq_push(&h->full, pg);
   return true;
 }
 
 void page_unpark(heap_t *h, page_t *pg) {
   page_set_tf_state(pg, TF_NORMAL);
-  pg->flags &= (uint8_t)~PAGE_FULL;
+  page_set_flags(pg, pg->flags & (uint8_t)~PAGE_FULL);
   pageq_remove(&h->full, pg);
   queue_push(h, pg, false);
 }
@@ -92,7 +92,7 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
     page_collect(pg);
     if (page_used(pg) == 0) return false;
   }
-  pg->flags = PAGE_FULL;
+  page_set_flags(pg, PAGE_FULL);
   pageq_push(&h->full, pg);
   return true;
 }
@@ -246,9 +246,9 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
       page_set_used(pg, 1);
       pg->magic = UINT64_MAX / bs + 1;
       page_set_key(pg, h->rand += 0x9E3779B97F4A7C15ull);
-      pg->flags = PAGE_FULL;
+      page_set_flags(pg, PAGE_FULL);
       atomic_store_explicit(&pg->thread_free, TF_NOTIFY, memory_order_relaxed);
-      atomic_store_explicit(&pg->heap, h, memory_order_release);
+      page_set_owner(pg, h);
       pageq_push(&h->full, pg);
       return blk;
     }
@@ -443,7 +443,7 @@ static void heap_done(heap_t *h) {
   for (page_t *pg = h->full.first, *next; pg; pg = next) {
     next = pg->next;
     page_collect(pg);
-    pg->flags &= (uint8_t)~PAGE_FULL;
+    page_set_flags(pg, pg->flags & (uint8_t)~PAGE_FULL);
     if (page_used(pg) == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
   }
   /* 4. empty segments leave; the rest are abandoned, each unlinked from the

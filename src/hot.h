@@ -36,6 +36,15 @@ HM_INLINE void *hm_malloc_fast(size_t n) {
   return heap_malloc_slow(h, n);
 }
 
+/* May b, at offset off of its page, be freed here: is it a block start, and
+ * does it not look free already (block_looks_free, with the page's fields
+ * read once)? */
+HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t start, uintptr_t area, uintptr_t off) {
+  if (off >= area || off * pg->magic >= pg->magic) return false;
+  uintptr_t cand = dec(pg, b->next);
+  return cand != 0 && cand - start >= area;
+}
+
 /* Another thread's block b (not looking free): push it onto its page's
  * thread_free with one CAS.  False, b untouched, when the page is parked or
  * being handed over (TF state set): the slow path deals with those. */
@@ -51,15 +60,13 @@ HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
 }
 
 HM_INLINE void hm_free_fast(void *p) {
-  segment_t *s = segment_checked(p);                 /* NULL for NULL and foreign pointers */
-  if (likely(s != NULL)) {
-    page_t *pg = page_of(s, p);
+  if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
+    page_t *pg = page_of(segment_of(p), p);
     block_t *b = (block_t *)p;
-    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_relaxed);
-    if (likely(owner == hm_tls_heap)) {
-      if (likely(pg->flags == 0 && off < page_area(pg) && off * pg->magic < pg->magic &&   /* a block start */
-                 !block_looks_free(pg, b))) {
+    uintptr_t start = (uintptr_t)pg->start, area = page_area(pg), off = (uintptr_t)p - start;
+    heap_t *owner;
+    if (likely(atomic_load_explicit(&pg->local, memory_order_relaxed) == hm_tls_heap)) {          /* ours, and neither parked nor slow */
+      if (likely(hm_freeable(pg, b, start, area, off))) {
         b->next = enc(pg, pg->free);
         pg->free = (uintptr_t)b;
         /* release: once the purger reads the new count, these stores are done */
@@ -68,8 +75,8 @@ HM_INLINE void hm_free_fast(void *p) {
         if (unlikely(used == 0)) heap_page_retire(hm_tls_heap, pg);
         return;
       }
-    } else if (owner != NULL && !hm_slow_mode && off < page_area(pg) && off * pg->magic < pg->magic &&
-               !block_looks_free(pg, b) && hm_free_remote_fast(pg, b, owner)) {
+    } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != hm_tls_heap &&
+               !hm_slow_mode && hm_freeable(pg, b, start, area, off) && hm_free_remote_fast(pg, b, owner)) {
       return;
     }
   }

@@ -95,6 +95,9 @@ typedef struct page_s {
   uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
+  struct heap_s *_Atomic local;  /* the owner while flags are clear, else NULL: the one
+                                    test free's fast path makes (page_set_*; any thread
+                                    reads it, hence atomic, relaxed: a plain load) */
   size_t block_size;
   uint32_t capacity;             /* blocks carved so far */
   uint32_t reserved;             /* blocks that fit */
@@ -114,6 +117,17 @@ typedef struct page_s {
   /* other threads' */
   _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
 } page_t;
+
+/* A page's owner and flags are set together with local. */
+static inline void page_set_owner(page_t *pg, struct heap_s *h) {
+  atomic_store_explicit(&pg->heap, h, memory_order_release);
+  atomic_store_explicit(&pg->local, pg->flags ? NULL : h, memory_order_relaxed);
+}
+static inline void page_set_flags(page_t *pg, uint8_t f) {
+  pg->flags = f;
+  atomic_store_explicit(&pg->local, f ? NULL : atomic_load_explicit(&pg->heap, memory_order_relaxed),
+                        memory_order_relaxed);
+}
 
 /* used: only the owner writes it; the purger reads it to tell whether every
  * block handed out is on the thread_free list (then no thread can reach the
@@ -167,6 +181,11 @@ extern _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 
 static inline segment_t *segment_of(const void *p) {
   return (segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
+}
+/* Is p in one of our segments?  Safe for any pointer value. */
+static inline bool segment_known(const void *p) {
+  uintptr_t i = (uintptr_t)p >> SEG_SHIFT;
+  return i < SEGMAP_SIZE && atomic_load_explicit(&hm_segmap[i], memory_order_relaxed);
 }
 /* Our segment header for p, or NULL.  Safe for any pointer value. */
 static inline segment_t *segment_checked(const void *p) {

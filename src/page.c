@@ -27,14 +27,14 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   page_set_area(pg, 0);
   pg->free = 0;
   page_set_used(pg, 0);
-  pg->flags = hm_page_flags;
+  page_set_flags(pg, hm_page_flags);
   pg->cls = cls;
   pg->magic = UINT64_MAX / block_size + 1;
   h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
   page_set_key(pg, h->rand);             /* (high bit set: decode(0) is never a user address) */
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
   pg->next = pg->prev = NULL;
-  atomic_store_explicit(&pg->heap, h, memory_order_release);
+  page_set_owner(pg, h);
 }
 
 /* Carve more blocks and link them in address order: 4 KiB first, then as much

@@ -257,7 +257,7 @@ static void page_slices_free(segment_t *s, page_t *pg) {
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
   secure_guard_set((uint8_t *)s + i * SLICE_SIZE, n * SLICE_SIZE, false);
   pg->slices = 0;
-  atomic_store_explicit(&pg->heap, NULL, memory_order_relaxed);
+  page_set_owner(pg, NULL);
   s->used_slices &= ~mask;
   s->dirty_slices |= mask;
   s->pages_used--;
@@ -604,7 +604,7 @@ void segment_census(census_t *c) {
 void segment_abandon(segment_t *s) {
   for (size_t i = 1; i < SLICES; i++)
     if (s->slice_page[i] == &s->pages[i])
-      atomic_store_explicit(&s->pages[i].heap, NULL, memory_order_release);
+      page_set_owner(&s->pages[i], NULL);
   s->heap = NULL;
   pthread_mutex_lock(&abandoned_lock);
   list_push(&abandoned, s);
@@ -624,8 +624,8 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
   for (size_t i = 1; i < SLICES; i++) {
     page_t *pg = &s->pages[i];
     if (s->slice_page[i] != pg) continue;
-    pg->flags = hm_page_flags;
-    atomic_store_explicit(&pg->heap, h, memory_order_release);
+    page_set_flags(pg, hm_page_flags);
+    page_set_owner(pg, h);
     page_collect(pg);
     if (page_used(pg) == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
   }
