@@ -28,6 +28,11 @@ static _Atomic size_t abandoned_count;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *cache;                     /* empty segments, newest first */
 static size_t cache_count;
+/* Segments are mapped a batch at a time (1, 2, 4, ... up to RESERVE_MAX),
+ * each batch with one mmap: address space only, until a segment is used. */
+#define RESERVE_MAX 16
+static uint8_t *reserve;                     /* (cache_lock) the next unused segment */
+static size_t reserve_left, reserve_batch = 1;
 
 /* Every mapped segment (normal or huge, in use or cached) is registered, so a
  * census (mallinfo2, the stats report) can walk them.  Unmapping and moving
@@ -83,14 +88,30 @@ static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
 
 static segment_t *segment_new(heap_t *h) {
   segment_t *s = NULL;
+  bool fresh = false;
   pthread_mutex_lock(&cache_lock);
-  if (cache) { s = cache; list_remove(&cache, s); cache_count--; }
+  if (cache) {
+    s = cache;
+    list_remove(&cache, s);
+    cache_count--;
+  } else {
+    if (!reserve_left) {
+      size_t n = reserve_batch;
+      while (!(reserve = os_map_aligned(n * SEG_SIZE, SEG_SIZE)) && n > 1) n = 1;
+      reserve_left = reserve ? n : 0;
+      if (reserve_batch < RESERVE_MAX) reserve_batch *= 2;
+    }
+    if (reserve_left) {
+      s = (segment_t *)reserve;
+      reserve += SEG_SIZE;
+      reserve_left--;
+      fresh = true;
+    }
+  }
   pthread_mutex_unlock(&cache_lock);
-  bool fresh = !s;
+  if (!s) return NULL;
   uint64_t dirty = 0;
-  if (!s) {
-    s = os_map_aligned(SEG_SIZE, SEG_SIZE);
-    if (!s) return NULL;
+  if (fresh) {
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
