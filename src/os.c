@@ -4,15 +4,17 @@
 #include "stats.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 size_t os_page_size(void) {
-  static size_t page;
-  if (!page) page = (size_t)sysconf(_SC_PAGESIZE);
-  return page;
+  static _Atomic size_t page;                 /* (any thread may be first: relaxed is enough) */
+  size_t p = atomic_load_explicit(&page, memory_order_relaxed);
+  if (!p) atomic_store_explicit(&page, p = (size_t)sysconf(_SC_PAGESIZE), memory_order_relaxed);
+  return p;
 }
 
 void *os_map(size_t size) {
