@@ -131,11 +131,14 @@ void heap_wake_idle(heap_t *h) {
 }
 
 /* The last block of a page came back (free's fast path).  Keep the page if it
- * is the one the class allocates from (so a malloc/free ping-pong does not
- * map and unmap); otherwise give its slices back to the segment.  Only the
- * owner changes a queue's first page, so the test needs no lock. */
+ * is the one the class allocates from and at most KEEP_SLICES long (so a
+ * malloc/free ping-pong does not re-carve it each time; a bigger page goes
+ * back to its segment, where any class can reuse its slices); otherwise give
+ * its slices back.  Only the owner changes a queue's first page: the test
+ * needs no lock. */
+#define KEEP_SLICES 4
 void heap_page_retire(heap_t *h, page_t *pg) {
-  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg) return;
+  if (pg->cls < CLASSES && h->queue[pg->cls].first == pg && pg->slices <= KEEP_SLICES) return;
   heap_enter(h);
   heap_page_retire_locked(h, pg);
   heap_leave(h);
@@ -148,7 +151,7 @@ void heap_page_retire(heap_t *h, page_t *pg) {
 void heap_page_retire_locked(heap_t *h, page_t *pg) {
   if (pg->cls < CLASSES && !(pg->flags & PAGE_FULL)) {
     pageq_t *q = &h->queue[pg->cls];
-    if (q->first == pg) return;
+    if (q->first == pg && pg->slices <= KEEP_SLICES) return;
     page_t *second = q->first->next;
     if (pg->slices == 1 && (second == pg || !second->spare)) {
       if (second != pg) {
