@@ -162,6 +162,7 @@ typedef struct segment_s {
   uint64_t purge_ms;             /* next purge check, 0 = none pending */
   uint64_t purged_slices;        /* free slices purged at purged_ms, not reused since */
   uint64_t purged_ms;
+  uint64_t guard_slices;         /* secure mode: slices whose last OS page is a guard */
   struct heap_s *heap;           /* owner heap, NULL when abandoned or cached */
   struct segment_s *next, *prev; /* heap's list / abandoned list / cache */
   size_t size;                   /* mapping size */
@@ -328,7 +329,8 @@ void *secure_free(page_t *pg, void *p);            /* the block to release now, 
 void  secure_flush(heap_t *h);
 bool  secure_is_free(page_t *pg, const void *p);
 size_t secure_guard(void);                         /* OS_PAGE in secure mode, else 0 */
-void  secure_guard_set(void *p, size_t size, bool on);
+void  secure_guard_set(void *p, size_t size);
+void  secure_page_guard(segment_t *s, size_t first, size_t n);
 
 /* alloc.c: the API behind both the hakmem_* and the standard names */
 void hm_free_slow(void *p);

@@ -20,7 +20,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   size_t span = pg->slices * SLICE_SIZE - secure_guard();        /* secure mode: a guard page at the end */
   pg->reserved = (uint32_t)(span / block_size);
   if (hm_secure) {
-    secure_guard_set(pg->start, pg->slices * SLICE_SIZE, true);
+    secure_page_guard(s, first, pg->slices);
     secure_page_init(pg);
   }
   pg->capacity = 0;

@@ -72,9 +72,10 @@ static void fill(page_t *pg, uint8_t *b) {
 
 /* Report if bytes [from, checked) of freed block b no longer hold the fill. */
 static void check_fill(page_t *pg, const uint8_t *b, size_t from) {
-  uint8_t want = hm_secure_level >= 2 ? 0 : FILL;
-  for (size_t i = from; i < checked(pg); i++)
-    if (b[i] != want) hm_fatal("use after free: a freed block was written to", b, pg);
+  static uint8_t pattern[CHECKED], zeros[CHECKED];
+  if (!pattern[0]) memset(pattern, FILL, sizeof pattern);     /* (idempotent: races are harmless) */
+  if (from < checked(pg) && memcmp(b + from, (hm_secure_level >= 2 ? zeros : pattern) + from, checked(pg) - from))
+    hm_fatal("use after free: a freed block was written to", b, pg);
 }
 
 /* page_extend in secure mode: fill the n blocks just carved at first and
@@ -172,7 +173,21 @@ void secure_flush(heap_t *h) {
 
 size_t secure_guard(void) { return hm_secure ? OS_PAGE : 0; }
 
-/* The last OS page of [p, p+size) becomes a guard (or stops being one). */
-void secure_guard_set(void *p, size_t size, bool on) {
-  if (hm_secure) os_protect((uint8_t *)p + size - OS_PAGE, OS_PAGE, !on);
+/* The last OS page of [p, p+size) becomes a guard (huge blocks). */
+void secure_guard_set(void *p, size_t size) {
+  if (hm_secure) os_protect((uint8_t *)p + size - OS_PAGE, OS_PAGE, false);
+}
+
+/* A page (or large block) takes slices [first, first+n) of s: the last OS
+ * page of its last slice must be a guard, and none of the others.  Guards
+ * stay when pages are freed (segment->guard_slices remembers them), so a page
+ * made where one of the same length was costs no mprotect at all. */
+void secure_page_guard(segment_t *s, size_t first, size_t n) {
+  if (!hm_secure) return;
+  uint64_t want = 1ull << (first + n - 1);
+  uint64_t inside = ((n >= 64 ? ~0ull : (1ull << n) - 1) << first) & ~want;
+  for (uint64_t off = s->guard_slices & inside; off; off &= off - 1)
+    os_protect((uint8_t *)s + (size_t)(__builtin_ctzll(off) + 1) * SLICE_SIZE - OS_PAGE, OS_PAGE, true);
+  if (!(s->guard_slices & want)) os_protect((uint8_t *)s + (first + n) * SLICE_SIZE - OS_PAGE, OS_PAGE, false);
+  s->guard_slices = (s->guard_slices & ~inside) | want;
 }

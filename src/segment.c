@@ -110,17 +110,19 @@ static segment_t *segment_new(heap_t *h) {
   }
   pthread_mutex_unlock(&cache_lock);
   if (!s) return NULL;
-  uint64_t dirty = 0;
+  uint64_t dirty = 0, guards = 0;
   if (fresh) {
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
+    guards = s->guard_slices;
   }
   segment_header_init(s, SEG_SIZE, fresh);
   if (fresh) registry_add(s);
   s->heap = h;
   list_push(&h->segments, s);
   segmap_set(s, SEGMAP_NORMAL);
+  s->guard_slices = guards;
   if (dirty) {
     s->dirty_slices = dirty;
     schedule_purge(h, s, os_now_ms());
@@ -276,7 +278,6 @@ static void page_slices_free(segment_t *s, page_t *pg) {
   size_t i = (size_t)(pg - s->pages), n = pg->slices;
   uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
-  secure_guard_set((uint8_t *)s + i * SLICE_SIZE, n * SLICE_SIZE, false);
   pg->slices = 0;
   page_set_owner(pg, NULL);
   s->used_slices &= ~mask;
@@ -464,7 +465,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
     if (tail) os_unmap((uint8_t *)s + total, tail);
   }
   if (!s) return NULL;
-  secure_guard_set(s, total, true);
+  secure_guard_set(s, total);
   segment_header_init(s, total, fresh);
   if (fresh) registry_add(s);
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
