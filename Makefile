@@ -18,7 +18,7 @@ SRCS    = $(wildcard src/*.c)
 HDRS    = $(wildcard src/*.h) include/hakmem.h
 OBJS    = $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test test-sanitize bench clean
+.PHONY: all test test-sanitize fuzz bench clean
 all: $(BUILD)/libhakmem.so $(BUILD)/libhakmem.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
@@ -112,6 +112,19 @@ install: all
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
 	rmdir $(DESTDIR)$(CMAKEDIR) 2>/dev/null || true
+
+# Fuzzing: tests/fuzz_api.c under libFuzzer with ASan+UBSan, hakmem built
+# with coverage instrumentation, FUZZ_SECONDS in the default mode and as long
+# again in the hardened mode (HAKMEM_SECURE=1).
+FUZZ_SECONDS ?= 30
+fuzz:
+	$(MAKE) BUILD=build/fuzz CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=all -DHAKMEM_NO_OVERRIDE" build/fuzz/fuzz_api
+	mkdir -p build/fuzz/corpus
+	build/fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=build/fuzz/ build/fuzz/corpus
+	HAKMEM_SECURE=1 build/fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=build/fuzz/ build/fuzz/corpus
+
+$(BUILD)/fuzz_api: tests/fuzz_api.c $(OBJS)
+	$(CC) -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Iinclude $< $(OBJS) -o $@ -pthread
 
 # ---- benchmarks ----------------------------------------------------------
 bench: all
