@@ -118,10 +118,7 @@ void heap_enter(heap_t *h) {
   }
 }
 
-void heap_leave(heap_t *h) {
-  unlock_raw(h);
-  purge_start_if_wanted();          /* (it allocates: never with a heap locked) */
-}
+void heap_leave(heap_t *h) { unlock_raw(h); }
 
 /* An owner the purger found idle does not collect what other threads free
  * into its pages: have the purger look at it again. */
@@ -266,6 +263,7 @@ void *heap_malloc_slow(heap_t *h, size_t n) {
   heap_enter(h);
   void *p = n > MEDIUM_MAX ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, size_class(n));
   heap_leave(h);
+  purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }
@@ -284,6 +282,7 @@ void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   }
   if (!p) p = heap_malloc_big(h, n, align);
   heap_leave(h);
+  purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }
@@ -430,6 +429,7 @@ heap_t *heap_get(void) {
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
+  purge_want();                      /* a second thread: start the purger on this malloc's way out */
   if (!atomic_exchange(&atfork_registered, 1)) pthread_atfork(fork_prepare, fork_parent, fork_child);
   return h;
 }

@@ -311,7 +311,11 @@ void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 
 /* purge.c: the background thread that returns the memory of idle heaps */
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
-extern _Atomic int hm_purge_wanted;                /* start the thread at the next safe point */
+void purge_want(void);                             /* multi-threaded: the thread should run */
+extern _Atomic int hm_purge_wanted;                /* start it at the next safe point */
+/* The safe point is the way out of malloc's slow path (no heap locked; it
+ * allocates), never free: glibc frees a dead thread's TLS while holding the
+ * lock pthread_create takes, so starting a thread there deadlocks. */
 void purge_start(void);
 static inline void purge_start_if_wanted(void) {
   if (unlikely(atomic_load_explicit(&hm_purge_wanted, memory_order_relaxed))) purge_start();

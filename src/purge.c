@@ -48,12 +48,16 @@ static uint64_t poll_base(void) {
   return d < 5 ? 5 : d > POLL_MAX_MS ? POLL_MAX_MS : d;
 }
 
+void purge_want(void) {
+  int st = OFF;
+  if (atomic_load_explicit(&state, memory_order_relaxed) == OFF && hm_options.background && multi_threaded() &&
+      atomic_compare_exchange_strong(&state, &st, WANTED))
+    atomic_store_explicit(&hm_purge_wanted, 1, memory_order_relaxed);
+}
+
 void purge_arm(uint64_t when) {
-  int st = atomic_load_explicit(&state, memory_order_acquire);
-  if (st != RUNNING) {
-    if (st == OFF && hm_options.background && multi_threaded() &&
-        atomic_compare_exchange_strong(&state, &st, WANTED))
-      atomic_store_explicit(&hm_purge_wanted, 1, memory_order_relaxed);
+  if (atomic_load_explicit(&state, memory_order_acquire) != RUNNING) {
+    purge_want();
     return;                                  /* its first pass looks at everything */
   }
   uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed);

@@ -151,6 +151,40 @@ static void *forker(void *arg) {   /* forks from a thread that is not main */
   return NULL;
 }
 
+/* glibc frees a joined thread's TLS while holding the lock pthread_create
+ * takes: the purger thread must not be started from that free.  In a child
+ * (a fresh allocator: no purger yet), 1000 threads each keep a block until
+ * all have one, then free it and exit; the joins must finish. */
+static pthread_barrier_t teardown_gate;
+static void *teardown_worker(void *arg) {
+  (void)arg;
+  char *volatile p = malloc(64);
+  if (p) memset(p, 1, 64);
+  pthread_barrier_wait(&teardown_gate);
+  free(p);
+  return NULL;
+}
+
+TEST(joins_after_first_thread_exit) {
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    enum { N = 1000 };
+    static pthread_t t[N];
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 * 1024);
+    pthread_barrier_init(&teardown_gate, NULL, N + 1);
+    for (int i = 0; i < N; i++)
+      if (pthread_create(&t[i], &a, teardown_worker, NULL)) _exit(2);
+    pthread_barrier_wait(&teardown_gate);
+    for (int i = 0; i < N; i++) pthread_join(t[i], NULL);
+    _exit(0);
+  }
+  int st = wait_child(pid);
+  CHECKF(st == 0, st < 0 ? "the child hung joining its threads (deadlock)" : "the child failed: status %d", st);
+}
+
 TEST(fork_under_load) {
   pthread_t t[3];
   for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, churn, (void *)(uintptr_t)(i + 1));
