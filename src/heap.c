@@ -394,8 +394,9 @@ static heap_t *heap_struct_alloc(void) {
   if ((h = heaps_free) != NULL) {
     heaps_free = h->next_free;
   } else {
-    static uint8_t *chunk, *chunk_end;
-    size_t sz = (sizeof(heap_t) + 63) & ~(size_t)63;
+    enum { sz = (sizeof(heap_t) + 63) & ~(size_t)63 };
+    static _Alignas(64) uint8_t first[4 * sz];   /* the first threads' heaps: no mmap at start-up */
+    static uint8_t *chunk = first, *chunk_end = first + sizeof first;
     if (!chunk || chunk + sz > chunk_end) {
       size_t csz = 64 * sz;
       chunk = os_map(csz);

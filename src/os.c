@@ -31,12 +31,70 @@ void os_unmap(void *p, size_t size) {
   if (munmap(p, size) == 0) stat_sub(STAT_MAPPED, size);
 }
 
-/* Map size bytes aligned to align (a power of two >= the page size): over-map and
- * trim both ends, which leaves one mapping and costs at most two munmaps. */
+/* Aligned mappings are first asked for at a hint: an address in a region
+ * ordinary mmaps do not reach (from 2 TiB up, at a random start), advanced by
+ * each mapping's size.  MAP_FIXED_NOREPLACE maps exactly there or fails
+ * without mapping, so an aligned mapping costs one mmap instead of mmap +
+ * munmaps.  A taken range (a huge block grown in place, say) moves on to the
+ * next hint; four misses in a row, or a kernel that treats the flag as a mere
+ * hint, turn hinting off for good. */
+#define HINT_BASE  ((uintptr_t)2 << 40)
+#define HINT_END   ((uintptr_t)8 << 40)
+#define HINT_TRIES 4
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HINT_OFF 1                           /* clang's sanitizers own that range */
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(HINT_OFF)
+static _Atomic uintptr_t hint_next = HINT_END;
+#else
+static _Atomic uintptr_t hint_next;          /* 0: not started; HINT_END: off */
+#endif
+
+static void *map_hinted(size_t size, size_t align) {
+  uintptr_t h = atomic_load_explicit(&hint_next, memory_order_relaxed);
+  if (h == 0) {                              /* first use: pick the random start */
+    uintptr_t start = HINT_BASE + (uintptr_t)(os_random() % 1024) * ((uintptr_t)1 << 30);
+    atomic_compare_exchange_strong(&hint_next, &h, start);
+    h = atomic_load_explicit(&hint_next, memory_order_relaxed);
+  }
+  size_t step = (size + align - 1) & ~(align - 1);
+  int saved = errno;                         /* a refused hint is not the caller's error */
+  for (int tries = 0; tries < HINT_TRIES; tries++) {
+    do {
+      if (h >= HINT_END - step || (h & (align - 1))) goto out;
+    } while (!atomic_compare_exchange_weak(&hint_next, &h, h + step));
+    void *p = mmap((void *)h, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    stat_os(STAT_OS_MMAP);
+    if (p == (void *)h) {
+      stat_add(STAT_MAPPED, size);
+      errno = saved;
+      return p;
+    }
+    if (p != MAP_FAILED) {                   /* an old kernel: the flag was only a hint */
+      stat_os(STAT_OS_MUNMAP);
+      munmap(p, size);
+      break;
+    }
+    if (errno != EEXIST) goto out;           /* out of memory: the fallback says so */
+    h += step;
+  }
+  atomic_store_explicit(&hint_next, HINT_END, memory_order_relaxed);
+out:
+  errno = saved;
+  return NULL;
+}
+
+/* Map size bytes aligned to align (a power of two >= the page size): at the
+ * hint, else over-map and trim both ends, which leaves one mapping and costs
+ * at most two munmaps. */
 void *os_map_aligned(size_t size, size_t align) {
   if (size > SIZE_MAX - align) return NULL;
-  uint8_t *p = os_map(size + align);
-  if (!p) return NULL;
+  uint8_t *p = map_hinted(size, align);
+  if (p) return p;
+  if (!(p = os_map(size + align))) return NULL;
   uint8_t *a = (uint8_t *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
   if (a > p) os_unmap(p, (size_t)(a - p));
   size_t tail = (size_t)(p + size + align - (a + size));

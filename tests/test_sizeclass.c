@@ -1,11 +1,13 @@
 /* Unit tests of hakmem's internals: size classes, pointer -> page lookup for
- * every class, slice carving and release, the segment map, huge blocks. */
+ * every class, slice carving and release, the segment map, huge blocks,
+ * aligned OS mappings. */
 #include "test.h"
 #include "internal.h"
 #include "hakmem.h"
 #include "stats.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 TEST(class_round_trip) {
   CHECK(class_size(CLASSES - 1) == MEDIUM_MAX);
@@ -141,6 +143,44 @@ TEST(aligned_uses_classes) {
     CHECKF(pg->block_size % align == 0 || pg->cls >= CLASSES, "align %zu: block size %zu", align, pg->block_size);
     hakmem_free(p);
   }
+}
+
+/* Aligned mappings are asked for at a hint (one mmap, no trimming); a taken
+ * hint moves on to the next one, and when hints fail the mapping is made
+ * elsewhere and trimmed, aligned all the same.  (Last in this file: it turns
+ * hinting off.) */
+TEST(aligned_maps_with_hint_taken) {
+  size_t sz = 3 * SEG_SIZE;
+  uint8_t *a = os_map_aligned(sz, SEG_SIZE);
+  CHECK(a && ((uintptr_t)a & (SEG_SIZE - 1)) == 0);
+  if (!a) return;
+#if defined(__x86_64__) && !defined(HAKMEM_NO_OVERRIDE)   /* (sanitizers own that range) */
+  bool hinted = true;
+  CHECKF((uintptr_t)a >= (uintptr_t)2 << 40, "%p is not in the hinted region (from 2 TiB)", (void *)a);
+#else
+  bool hinted = false;
+#endif
+  /* Occupy the next two hints, right above a: the third is taken. */
+  uint8_t *block = mmap(a + sz, 2 * sz, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  CHECK(!hinted || block == a + sz);
+  uint8_t *b = os_map_aligned(sz, SEG_SIZE);
+  CHECK(b && ((uintptr_t)b & (SEG_SIZE - 1)) == 0);
+  CHECKF(!hinted || b == a + 3 * sz, "%p, not the third hint %p", (void *)b, (void *)(a + 3 * sz));
+  if (b) os_unmap(b, sz);
+  /* Occupy the next four: hinting stops, mappings are trimmed into shape. */
+  uint8_t *block2 = mmap(a + 4 * sz, 4 * sz, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  CHECK(!hinted || block2 == a + 4 * sz);
+  for (int i = 0; i < 3; i++) {
+    uint8_t *c = os_map_aligned(sz, SEG_SIZE);
+    CHECK(c && ((uintptr_t)c & (SEG_SIZE - 1)) == 0);
+    if (!c) break;
+    CHECK(c + sz <= block2 || c >= block2 + 4 * sz);
+    memset(c, 0x5a, sz);
+    os_unmap(c, sz);
+  }
+  if (block != MAP_FAILED) munmap(block, 2 * sz);
+  if (block2 != MAP_FAILED) munmap(block2, 4 * sz);
+  os_unmap(a, sz);
 }
 
 TEST_MAIN()
