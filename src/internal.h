@@ -312,6 +312,7 @@ void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 /* purge.c: the background thread that returns the memory of idle heaps */
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
 void purge_want(void);                             /* multi-threaded: the thread should run */
+bool purge_running(void);                          /* it runs: it keeps deadlines armed */
 extern _Atomic int hm_purge_wanted;                /* start it at the next safe point */
 /* The safe point is the way out of malloc's slow path (no heap locked; it
  * allocates), never free: glibc frees a dead thread's TLS while holding the

@@ -55,6 +55,8 @@ void purge_want(void) {
     atomic_store_explicit(&hm_purge_wanted, 1, memory_order_relaxed);
 }
 
+bool purge_running(void) { return atomic_load_explicit(&state, memory_order_relaxed) == RUNNING; }
+
 void purge_arm(uint64_t when) {
   if (atomic_load_explicit(&state, memory_order_acquire) != RUNNING) {
     purge_want();

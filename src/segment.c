@@ -28,6 +28,17 @@ static _Atomic size_t abandoned_count;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *cache;                     /* empty segments, newest first */
 static size_t cache_count;
+/* Segments pushed out of the cache wait, by address, for the purger's next
+ * decay and are then unmapped together: a burst of frees empties whole
+ * reserve batches, which are contiguous, so each run of adjacent segments
+ * goes with one munmap, and the threads that freed do not wait for it.
+ * Without the purger, at once (and the ones a forked child inherits, by the
+ * next thread that decays the cache); beyond RETIRED_MAX (1 GiB), by whoever
+ * adds. */
+#define RETIRED_MAX 256
+static segment_t *retired;                   /* (cache_lock) ascending addresses */
+static size_t retired_count;
+static uint64_t retired_due;
 /* Segments are mapped a batch at a time (1, 2, 4, ... up to RESERVE_MAX),
  * each batch with one mmap: address space only, until a segment is used. */
 #define RESERVE_MAX 16
@@ -160,14 +171,49 @@ static void segment_purge(segment_t *s, uint64_t mask) {
 
 void segment_unlink(heap_t *h, segment_t *s) { list_remove(&h->segments, s); }
 
+/* (cache_lock held) Queue s for unmap_runs, in address order. */
+static void retire(segment_t *s, uint64_t now) {
+  segment_t **at = &retired;
+  while (*at && (uintptr_t)*at < (uintptr_t)s) at = &(*at)->next;
+  s->next = *at;
+  *at = s;
+  if (!retired_count++) retired_due = now + (uint64_t)hm_options.purge_delay_ms;
+}
+
+/* Unmap a list of retired segments (ascending), one munmap per run of
+ * adjacent ones. */
+static void unmap_runs(segment_t *s) {
+  while (s) {
+    uint8_t *start = (uint8_t *)s, *end = start;
+    pthread_mutex_lock(&registry_lock);
+    while (s && (uint8_t *)s == end) {
+      segment_t *next = s->next;
+      end += s->size;
+      registry_remove(s);
+      stat_dec(STAT_SEGMENTS);
+      s = next;
+    }
+    os_unmap(start, (size_t)(end - start));
+    pthread_mutex_unlock(&registry_lock);
+  }
+}
+
 /* (cache_lock held) Purge the cached segments whose delay has passed (all
- * of them if force); returns the next deadline, 0 if none. */
-static uint64_t cache_decay(uint64_t now, bool force) {
+ * of them if force); for the purger, hand over the retired ones once theirs
+ * has (*unmap: for unmap_runs, after the lock).  The next deadline, or 0. */
+static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **unmap) {
   uint64_t next = 0;
   for (segment_t *s = cache; s; s = s->next) {
     if (!s->dirty_slices) continue;
     if (force || now >= s->purge_ms) segment_purge(s, ~0ull);
     else if (!next || s->purge_ms < next) next = s->purge_ms;
+  }
+  if (retired && (((purger || !purge_running()) && now >= retired_due) || force || retired_count >= RETIRED_MAX)) {
+    *unmap = retired;
+    retired = NULL;
+    retired_count = 0;
+  } else if (retired && (!next || retired_due < next)) {
+    next = retired_due;
   }
   return next;
 }
@@ -180,7 +226,7 @@ static void segment_discard(segment_t *s) {
   segmap_set(s, 0);
   s->heap = NULL;
   uint64_t now = os_now_ms(), due = 0;
-  segment_t *drop = s;
+  segment_t *drop = s, *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
   if (hm_options.segment_cache > 0) {
     s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
@@ -191,18 +237,25 @@ static void segment_discard(segment_t *s) {
       list_remove(&cache, drop);
       cache_count--;
     }
-    due = cache_decay(now, false);
   }
+  if (drop && purge_running()) {
+    retire(drop, now);
+    drop = NULL;
+  }
+  due = cache_decay(now, false, false, &unmap);
   pthread_mutex_unlock(&cache_lock);
   if (drop) { stat_dec(STAT_SEGMENTS); segment_unmap(drop); }
+  unmap_runs(unmap);
   if (due) purge_arm(due);
 }
 
 /* The purger: purge cached segments whose delay has passed; next deadline. */
 uint64_t segment_cache_decay(void) {
+  segment_t *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
-  uint64_t next = cache_decay(os_now_ms(), false);
+  uint64_t next = cache_decay(os_now_ms(), false, true, &unmap);
   pthread_mutex_unlock(&cache_lock);
+  unmap_runs(unmap);
   return next;
 }
 
@@ -213,18 +266,19 @@ void segment_release_empty(heap_t *h, segment_t *s) {
 }
 
 bool segment_cache_trim(void) {
-  segment_t *list;
   pthread_mutex_lock(&cache_lock);
-  list = cache; cache = NULL; cache_count = 0;
-  pthread_mutex_unlock(&cache_lock);
-  bool any = list != NULL;
-  while (list) {
-    segment_t *next = list->next;
-    stat_dec(STAT_SEGMENTS);
-    segment_unmap(list);
-    list = next;
+  uint64_t now = os_now_ms();
+  for (segment_t *s; (s = cache) != NULL;) {
+    list_remove(&cache, s);
+    retire(s, now);
   }
-  return any;
+  cache_count = 0;
+  segment_t *unmap = retired;
+  retired = NULL;
+  retired_count = 0;
+  pthread_mutex_unlock(&cache_lock);
+  unmap_runs(unmap);
+  return unmap != NULL;
 }
 
 /* First run of n free slices in a segment, or -1.  Bit j of r is set when

@@ -9,6 +9,8 @@
  *    blocks, so the purger trims heaps whose owners run fast paths.
  *  - malloc_trim reaches the pages of a waiting thread that other threads
  *    freed (it collects and returns them at once).
+ *  - segments emptied together by exiting threads are unmapped together:
+ *    adjacent ones with one munmap.
  *
  * The program runs with HAKMEM_PURGE_DELAY_MS=2 (re-executing itself with it
  * before anything is allocated) so that the purger works often. */
@@ -207,6 +209,47 @@ TEST(malloc_trim_reaches_waiting_thread) {
   CHECK(r == 1);
   if (!test_sanitized())
     CHECKF(full - trimmed > 30 * 1024, "malloc_trim returned only %ld KiB of ~40 MB freed", full - trimmed);
+}
+
+/* ---- emptied segments unmapped together --------------------------------------------- */
+#define UW 4
+#define UBLOCKS 96                             /* 96 x 256 KiB: 6 segments a thread */
+static void *uworker(void *arg) {
+  void *b[UBLOCKS];
+  for (int i = 0; i < UBLOCKS; i++) {
+    b[i] = hakmem_malloc(256 << 10);
+    if (b[i]) memset(b[i], (int)(intptr_t)arg, 256 << 10);
+  }
+  for (int i = 0; i < UBLOCKS; i++) hakmem_free(b[i]);
+  return NULL;
+}
+
+static void urun(void) {
+  pthread_t th[UW];
+  for (int i = 0; i < UW; i++) pthread_create(&th[i], NULL, uworker, (void *)(intptr_t)(i + 1));
+  for (int i = 0; i < UW; i++) pthread_join(th[i], NULL);
+}
+
+TEST(emptied_segments_unmapped_together) {
+  urun();                                      /* the purger runs (it does the unmapping) */
+  hakmem_malloc_trim(0);                       /* start from an empty segment cache */
+  hakmem_stats_t a, b;
+  hakmem_stats_get(&a);
+  urun();
+  hakmem_stats_get(&b);
+  size_t peak = b.segments, keep = a.segments + 8;   /* the cache keeps 8 */
+  for (int ms = 0; ms < 500 && b.segments > keep; ms += 5) {
+    test_sleep_ms(5);
+    hakmem_stats_get(&b);
+  }
+  size_t gone = peak > b.segments ? peak - b.segments : 0, calls = b.munmap_calls - a.munmap_calls;
+  NOTE("%zu segments after the threads exited, %zu unmapped with %zu munmap calls", peak, gone, calls);
+  CHECKF(b.segments <= keep, "%zu segments still mapped 500 ms after their threads freed everything",
+         b.segments - a.segments);
+  /* (sanitizer builds map without address hints: fewer segments adjoin, and
+   * trimming each new mapping into alignment costs munmaps of its own) */
+  if (!test_sanitized())
+    CHECKF(gone >= 8 && calls * 2 <= gone, "%zu segments unmapped with %zu munmap calls", gone, calls);
 }
 
 TEST_MAIN()
