@@ -39,11 +39,12 @@ static size_t cache_count;
 static segment_t *retired;                   /* (cache_lock) ascending addresses */
 static size_t retired_count;
 static uint64_t retired_due;
-/* Segments are mapped a batch at a time (1, 2, 4, ... up to RESERVE_MAX),
- * each batch with one mmap: address space only, until a segment is used. */
+/* Segments are mapped a batch at a time (8, then RESERVE_MAX: 32 MiB, then
+ * 64 MiB), each batch with one mmap: address space only, until a segment is
+ * used. */
 #define RESERVE_MAX 16
 static uint8_t *reserve;                     /* (cache_lock) the next unused segment */
-static size_t reserve_left, reserve_batch = 1;
+static size_t reserve_left, reserve_batch = 8;
 
 /* Every mapped segment (normal or huge, in use or cached) is registered, so a
  * census (mallinfo2, the stats report) can walk them.  Unmapping and moving
