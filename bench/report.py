@@ -201,9 +201,10 @@ def syscalls(stem, commit, benches, variants):
           "with its throughput; larson and churn start thousands of threads, and glibc releases each "
           "exited thread's stack with one madvise, whatever the allocator. So the last column puts the "
           "calls beyond start-up per million operations, which compares a fixed-time run fairly.", ""]
-    def total(b, v):
-        r = runs.get((b, v), [{}])[0]
-        return sum(int(r.get(c, 0)) for c in calls) if r else None
+    start = {}                                      # each allocator's start-up total
+    for v in variants:
+        r = runs.get(("startup", v), [{}])[0]
+        start[v] = sum(int(r.get(c, 0)) for c in calls) if r else None
     rows = []
     for b in benches:
         for v in variants:
@@ -212,10 +213,9 @@ def syscalls(stem, commit, benches, variants):
                 rows.append([b, v, "failed"] + [""] * (len(calls) + 2))
                 continue
             n = [int(r.get(c, 0)) for c in calls]
-            ops, base = float(r.get("ops", 0) or 0), total("startup", v)
-            per = ""
-            if ops > 0 and base is not None and b != "startup":
-                x = (sum(n) - base) / ops * 1e6
+            ops, per = float(r.get("ops", 0) or 0), ""
+            if ops > 0 and start[v] is not None and b != "startup":
+                x = (sum(n) - start[v]) / ops * 1e6
                 per = f"{x:.1f}" if x < 1000 else si(x)
             rows.append([b, v, si(r.get("ops", math.nan))] + [str(x) for x in n] + [str(sum(n)), per])
     md += table(["benchmark", "allocator", "ops"] + calls + ["total", "beyond start-up per M ops"], rows)

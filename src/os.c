@@ -17,13 +17,17 @@ size_t os_page_size(void) {
   return p;
 }
 
-void *os_map(size_t size) {
-  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+/* Anonymous read-write memory at addr (a hint, or exact with
+ * MAP_FIXED_NOREPLACE in flags); NULL with mmap's errno on failure. */
+static void *map_at(void *addr, size_t size, int flags) {
+  void *p = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0);
   stat_os(STAT_OS_MMAP);
   if (p == MAP_FAILED) return NULL;
   stat_add(STAT_MAPPED, size);
   return p;
 }
+
+void *os_map(size_t size) { return map_at(NULL, size, 0); }
 
 void os_unmap(void *p, size_t size) {
   if (!p || !size) return;
@@ -41,16 +45,17 @@ void os_unmap(void *p, size_t size) {
 #define HINT_BASE  ((uintptr_t)2 << 40)
 #define HINT_END   ((uintptr_t)8 << 40)
 #define HINT_TRIES 4
-#if defined(__has_feature)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HINT_OFF 1                           /* the sanitizers own that range */
+#elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HINT_OFF 1                           /* clang's sanitizers own that range */
+#define HINT_OFF 1                           /* (clang's spelling) */
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(HINT_OFF)
-static _Atomic uintptr_t hint_next = HINT_END;
-#else
-static _Atomic uintptr_t hint_next;          /* 0: not started; HINT_END: off */
+#ifndef HINT_OFF
+#define HINT_OFF 0
 #endif
+static _Atomic uintptr_t hint_next = HINT_OFF ? HINT_END : 0;   /* 0: not started; HINT_END: off */
 
 static void *map_hinted(size_t size, size_t align) {
   uintptr_t h = atomic_load_explicit(&hint_next, memory_order_relaxed);
@@ -65,17 +70,13 @@ static void *map_hinted(size_t size, size_t align) {
     do {
       if (h >= HINT_END - step || (h & (align - 1))) goto out;
     } while (!atomic_compare_exchange_weak(&hint_next, &h, h + step));
-    void *p = mmap((void *)h, size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    stat_os(STAT_OS_MMAP);
+    void *p = map_at((void *)h, size, MAP_FIXED_NOREPLACE);
     if (p == (void *)h) {
-      stat_add(STAT_MAPPED, size);
       errno = saved;
       return p;
     }
-    if (p != MAP_FAILED) {                   /* an old kernel: the flag was only a hint */
-      stat_os(STAT_OS_MUNMAP);
-      munmap(p, size);
+    if (p) {                                 /* an old kernel: the flag was only a hint */
+      os_unmap(p, size);
       break;
     }
     if (errno != EEXIST) goto out;           /* out of memory: the fallback says so */
