@@ -214,20 +214,32 @@ TEST(malloc_trim_reaches_waiting_thread) {
 /* ---- emptied segments unmapped together --------------------------------------------- */
 #define UW 4
 #define UBLOCKS 96                             /* 96 x 256 KiB: 6 segments a thread */
+static pthread_barrier_t ubar;
 static void *uworker(void *arg) {
   void *b[UBLOCKS];
   for (int i = 0; i < UBLOCKS; i++) {
     b[i] = hakmem_malloc(256 << 10);
     if (b[i]) memset(b[i], (int)(intptr_t)arg, 256 << 10);
   }
+  pthread_barrier_wait(&ubar);                 /* main counts the segments */
+  pthread_barrier_wait(&ubar);
   for (int i = 0; i < UBLOCKS; i++) hakmem_free(b[i]);
   return NULL;
 }
 
-static void urun(void) {
+/* The threads' segments at their peak, counted before any is freed (the
+ * purger may unmap some before the threads are joined). */
+static size_t urun(void) {
   pthread_t th[UW];
+  hakmem_stats_t st;
+  pthread_barrier_init(&ubar, NULL, UW + 1);
   for (int i = 0; i < UW; i++) pthread_create(&th[i], NULL, uworker, (void *)(intptr_t)(i + 1));
+  pthread_barrier_wait(&ubar);
+  hakmem_stats_get(&st);
+  pthread_barrier_wait(&ubar);
   for (int i = 0; i < UW; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&ubar);
+  return st.segments;
 }
 
 TEST(emptied_segments_unmapped_together) {
@@ -235,15 +247,14 @@ TEST(emptied_segments_unmapped_together) {
   hakmem_malloc_trim(0);                       /* start from an empty segment cache */
   hakmem_stats_t a, b;
   hakmem_stats_get(&a);
-  urun();
+  size_t peak = urun(), keep = a.segments + 8; /* the cache keeps 8 */
   hakmem_stats_get(&b);
-  size_t peak = b.segments, keep = a.segments + 8;   /* the cache keeps 8 */
   for (int ms = 0; ms < 500 && b.segments > keep; ms += 5) {
     test_sleep_ms(5);
     hakmem_stats_get(&b);
   }
   size_t gone = peak > b.segments ? peak - b.segments : 0, calls = b.munmap_calls - a.munmap_calls;
-  NOTE("%zu segments after the threads exited, %zu unmapped with %zu munmap calls", peak, gone, calls);
+  NOTE("%zu segments at the peak, %zu unmapped with %zu munmap calls", peak, gone, calls);
   CHECKF(b.segments <= keep, "%zu segments still mapped 500 ms after their threads freed everything",
          b.segments - a.segments);
   /* (sanitizer builds map without address hints: fewer segments adjoin, and
