@@ -228,7 +228,7 @@ int hm_malloc_trim(size_t pad) {
     if (hm_secure) secure_flush(h);
     heap_enter(h);
     heap_collect_all(h);
-    segment_purge_due(h, true, NULL);
+    segment_purge_due(h, PURGE_FORCE, NULL);
     heap_leave(h);
   }
   purge_idle_heaps(h);

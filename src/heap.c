@@ -371,7 +371,7 @@ bool heap_trim_idle(heap_t *h) {
       freed |= trim_page(h, pg, 0);
     }
   }
-  segment_purge_due(h, false, NULL);
+  segment_purge_due(h, PURGE_IDLE, NULL);
   return freed;
 }
 
@@ -452,7 +452,7 @@ static void heap_done(heap_t *h) {
   }
   /* 4. empty segments leave; the rest are abandoned, each unlinked from the
    * heap before it joins the global list (it cannot be on both) */
-  segment_purge_due(h, false, NULL);
+  segment_purge_due(h, PURGE_IDLE, NULL);
   for (segment_t *s = h->segments, *next; s; s = next) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);

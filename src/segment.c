@@ -28,6 +28,8 @@ static _Atomic size_t abandoned_count;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *cache;                     /* empty segments, newest first */
 static size_t cache_count;
+static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment taken back
+                                          soon after its purge was purged too early */
 /* Segments pushed out of the cache wait, by address, for the purger's next
  * decay and are then unmapped together: a burst of frees empties whole
  * reserve batches, which are contiguous, so each run of adjacent segments
@@ -106,6 +108,8 @@ static segment_t *segment_new(heap_t *h) {
     s = cache;
     list_remove(&cache, s);
     cache_count--;
+    if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * cache_delay_ms)
+      cache_delay_ms = purge_delay_adapt(cache_delay_ms, true);
   } else {
     if (!reserve_left) {
       size_t n = reserve_batch;
@@ -206,8 +210,10 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
   uint64_t next = 0;
   for (segment_t *s = cache; s; s = s->next) {
     if (!s->dirty_slices) continue;
-    if (force || now >= s->purge_ms) segment_purge(s, ~0ull);
-    else if (!next || s->purge_ms < next) next = s->purge_ms;
+    if (force || now >= s->purge_ms) {
+      segment_purge(s, ~0ull);
+      if (!force) cache_delay_ms = purge_delay_adapt(cache_delay_ms, false);
+    } else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
   if (retired && (((purger || !purge_running()) && now >= retired_due) || force || retired_count >= RETIRED_MAX)) {
     *unmap = retired;
@@ -230,7 +236,8 @@ static void segment_discard(segment_t *s) {
   segment_t *drop = s, *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
   if (hm_options.segment_cache > 0) {
-    s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
+    if (cache_delay_ms < (uint64_t)hm_options.purge_delay_ms) cache_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+    s->purge_ms = now + cache_delay_ms;
     list_push(&cache, s);
     drop = NULL;
     if (++cache_count > (size_t)hm_options.segment_cache) {
@@ -362,7 +369,7 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
   }
   uint64_t now = os_now_ms();
   schedule_purge(h, s, now);
-  if (now >= h->next_purge_ms) return segment_purge_due(h, false, s);
+  if (now >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
   return false;
 }
 
@@ -404,9 +411,23 @@ bool segment_large_resize(page_t *pg, size_t slices) {
   return true;
 }
 
-bool segment_purge_due(heap_t *h, bool force, segment_t *watch) {
+/* A heap whose thread is busy (the check runs on its own slow path) keeps
+ * aged slices resident up to an eighth of the slices it uses, at most
+ * BUSY_KEEP_MAX: a program cycling through a few pages' worth of memory would
+ * otherwise purge and refault them over and over (one madvise each time).
+ * They go at the next idle check (the purger's, or the thread's exit) or on
+ * malloc_trim. */
+#define BUSY_KEEP_MAX 8
+static unsigned busy_keep(heap_t *h) {
+  unsigned used = 0;
+  for (segment_t *s = h->segments; s; s = s->next) used += (unsigned)__builtin_popcountll(s->used_slices) - 1;
+  return used / 8 < BUSY_KEEP_MAX ? used / 8 : BUSY_KEEP_MAX;
+}
+
+bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
   uint64_t now = os_now_ms(), next = 0;
   bool watched_released = false;
+  unsigned keep = mode == PURGE_BUSY ? busy_keep(h) : 0;
   for (segment_t *s = h->segments, *snext; s; s = snext) {
     snext = s->next;
     if (s->used_slices == 1 && (h->segments != s || s->next)) {
@@ -414,10 +435,15 @@ bool segment_purge_due(heap_t *h, bool force, segment_t *watch) {
       segment_release_empty(h, s);
       continue;
     }
-    if (force) segment_purge(s, ~0ull);
+    if (mode == PURGE_FORCE) segment_purge(s, ~0ull);
     else if (s->purge_ms && now >= s->purge_ms) {
-      if (s->aged_slices & s->dirty_slices) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, false);
-      segment_purge(s, s->aged_slices);
+      unsigned aged = (unsigned)__builtin_popcountll(s->aged_slices & s->dirty_slices);
+      if (aged <= keep) {
+        keep -= aged;                       /* stay aged: the next idle check takes them */
+      } else {
+        if (aged) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, false);
+        segment_purge(s, s->aged_slices);
+      }
     }
     else { if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms; continue; }
     s->aged_slices = s->dirty_slices;
