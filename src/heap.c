@@ -44,9 +44,8 @@ static void direct_update(heap_t *h, size_t c) {
   if (h->queue[c].first) h->queue[c].first->spare = 0;   /* in use again: not the purger's */
   if (hm_slow_mode) return;
   page_t *pg = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
-  size_t top = class_size(c);
-  if (top > SMALL_MAX) { h->medium[c] = pg; return; }
-  size_t lo = c == 0 ? 0 : class_size(c - 1) / 16 + 1;
+  if (c > size_class(SMALL_MAX)) { h->medium[c] = pg; return; }
+  size_t top = class_size(c), lo = c == 0 ? 0 : class_size(c - 1) / 16 + 1;
   for (size_t i = lo; i <= top / 16; i++) h->direct[i] = pg;
 }
 
@@ -67,10 +66,11 @@ static void queue_push(heap_t *h, page_t *pg, bool front) {
   }
 }
 
-/* Park a full page; false if remote frees arrived meanwhile (collect those). */
+/* Park a full page; false if remote frees arrived meanwhile (collect those).
+ * (find_page points direct[] at the queue's new first page afterwards.) */
 static bool page_park(heap_t *h, page_t *pg) {
   if (!page_try_notify(pg)) return false;
-  queue_remove(h, pg);
+  pageq_remove(queue_of(h, pg), pg);
   page_set_flags(pg, pg->flags | PAGE_FULL);
   pageq_push(&h->full, pg);
   return true;
@@ -174,41 +174,49 @@ static size_t class_slices(size_t bsize) {
   return (bsize * blocks + SLICE_SIZE - 1) / SLICE_SIZE;
 }
 
-/* The page to allocate class c from: the first page of the queue that has a
- * free block after collecting remote frees or carving more.  A full page met
- * on the way goes to the back of the queue the first time: the owner's frees
- * into it stay on the fast path, and a page of few big blocks is soon in use
- * again.  Met full a second time, it is parked, so the walk never passes over
- * a page more than twice.  Maps a new page when none has room. */
+/* The page to allocate class c from, left first in its queue.  The walk
+ * looks only at the queue's first page: one with no free block after
+ * collecting remote frees or carving more leaves the front, to the back of
+ * the queue the first time (the owner's frees into it stay on the fast path,
+ * and a page of few big blocks is soon in use again), parked the second, so
+ * the walk never passes over a page more than twice.  Maps a new page when
+ * none has room. */
 static page_t *find_page(heap_t *h, size_t c) {
   pageq_t *q = &h->queue[c];
   page_t *pg = q->first;
   while (pg) {
     page_t *next = pg->next;
     if (pg->free) break;
-    page_collect(pg);
-    if (pg->free || page_extend(pg)) break;
+    if (atomic_load_explicit(&pg->thread_free, memory_order_relaxed) & ~(uintptr_t)TF_MASK) {
+      page_collect(pg);
+      if (pg->free) break;
+    }
+    if (pg->capacity < pg->reserved) { page_extend(pg); break; }
     if (!pg->full_once && next) {
       pg->full_once = 1;
-      queue_remove(h, pg);
-      pageq_push(q, pg);
+      q->first = next;                  /* to the back of the queue */
+      next->prev = NULL;
+      pg->next = NULL;
+      pg->prev = q->last;
+      q->last->next = pg;
+      q->last = pg;
     } else if (!page_park(h, pg)) {
       page_collect(pg);
       break;
     }
     pg = next;
   }
-  if (pg) pg->full_once = 0;
   if (!pg) {
     pg = segment_page_alloc(h, class_slices(class_size(c)), (uint8_t)c);
-    if (!pg) return NULL;
-    page_init(h, pg, class_size(c), (uint8_t)c);
-    page_extend(pg);
-    queue_push(h, pg, true);
-  } else if (pg != q->first) {
-    queue_remove(h, pg);
-    queue_push(h, pg, true);
+    if (pg) {
+      page_init(h, pg, class_size(c), (uint8_t)c);
+      page_extend(pg);
+      pageq_push_front(q, pg);
+    }
+  } else {
+    pg->full_once = 0;
   }
+  direct_update(h, c);              /* once, for whatever the walk changed */
   return pg;
 }
 
