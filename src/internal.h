@@ -101,6 +101,11 @@ typedef struct page_s {
   size_t block_size;
   uint32_t capacity;             /* blocks carved so far */
   uint32_t reserved;             /* blocks that fit */
+  /* the owner's */
+  _Alignas(64) uintptr_t free;   /* encoded head of the free list */
+  uintptr_t pop_key;             /* = key, here so that malloc reads only this line */
+  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected);
+                                    written by the owner, read by the purger (page_used) */
   uint8_t flags;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
@@ -108,15 +113,11 @@ typedef struct page_s {
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
   uint8_t full_once;             /* found full once and sent to the back of its queue */
   uint8_t spare;                 /* empty, kept second in its queue for the next refill */
-  /* the owner's */
-  _Alignas(64) uintptr_t free;   /* encoded head of the free list */
-  uintptr_t pop_key;             /* = key, here so that malloc reads only this line */
-  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected);
-                                    written by the owner, read by the purger (page_used) */
   struct page_s *next, *prev;    /* in a heap queue */
   /* other threads' */
   _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
 } page_t;
+_Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 
 /* A page's owner and flags are set together with local. */
 static inline void page_set_owner(page_t *pg, struct heap_s *h) {
