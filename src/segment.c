@@ -158,17 +158,22 @@ uint64_t purge_delay_adapt(uint64_t delay, bool refault) {
   return delay < base ? base : delay;
 }
 
+/* The lowest run of set bits of m (not 0): its first bit *i, length *n, mask. */
+static uint64_t first_run(uint64_t m, unsigned *i, unsigned *n) {
+  *i = (unsigned)__builtin_ctzll(m);
+  uint64_t rest = ~(m >> *i);                             /* zero bits: the run */
+  *n = rest ? (unsigned)__builtin_ctzll(rest) : 64 - *i;
+  return (*n >= 64 ? ~0ull : (1ull << *n) - 1) << *i;
+}
+
 /* Purge the free slices in mask, coalescing runs into one madvise each. */
 static void segment_purge(segment_t *s, uint64_t mask) {
   uint64_t d = mask & s->dirty_slices & ~s->used_slices;
   if (d) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
   while (d) {
-    unsigned i = (unsigned)__builtin_ctzll(d);
-    uint64_t rest = ~(d >> i);                            /* zero bits: the run */
-    unsigned n = rest ? (unsigned)__builtin_ctzll(rest) : 64 - i;
+    unsigned i, n;
+    d &= ~first_run(d, &i, &n);
     os_purge((uint8_t *)s + (size_t)i * SLICE_SIZE, (size_t)n * SLICE_SIZE);
-    if (i + n >= 64) break;
-    d &= ~0ull << (i + n);
   }
   s->dirty_slices &= ~mask;
   s->aged_slices &= ~mask;
@@ -412,7 +417,7 @@ bool segment_large_resize(page_t *pg, size_t slices) {
 }
 
 /* A heap whose thread is busy (the check runs on its own slow path) keeps
- * aged slices resident up to an eighth of the slices it uses, at most
+ * aged slices resident, whole runs, up to an eighth of the slices it uses, at most
  * BUSY_KEEP_MAX: a program cycling through a few pages' worth of memory would
  * otherwise purge and refault them over and over (one madvise each time).
  * They go at the next idle check (the purger's, or the thread's exit) or on
@@ -437,12 +442,16 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
     }
     if (mode == PURGE_FORCE) segment_purge(s, ~0ull);
     else if (s->purge_ms && now >= s->purge_ms) {
-      unsigned aged = (unsigned)__builtin_popcountll(s->aged_slices & s->dirty_slices);
-      if (aged <= keep) {
-        keep -= aged;                       /* stay aged: the next idle check takes them */
-      } else {
-        if (aged) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, false);
-        segment_purge(s, s->aged_slices);
+      uint64_t purge = s->aged_slices & s->dirty_slices;
+      for (uint64_t runs = purge; runs && keep;) {   /* whole runs stay aged, while the budget lasts */
+        unsigned i, n;
+        uint64_t run = first_run(runs, &i, &n);
+        if (n <= keep) { keep -= n; purge &= ~run; }
+        runs &= ~run;
+      }
+      if (purge) {
+        h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, false);
+        segment_purge(s, purge);
       }
     }
     else { if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms; continue; }
