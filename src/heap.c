@@ -20,6 +20,14 @@
 #include <sched.h>
 #include <string.h>
 
+const uint8_t hm_class_by_128[TABLE_MAX / 128 + 1] = {   /* (n + 127) / 128 -> size_class(n) */
+  [9 ... 10] = 20,   [11 ... 12] = 21,   [13 ... 14] = 22,   [15 ... 16] = 23,     /* 1-2 KiB */
+  [17 ... 20] = 24,  [21 ... 24] = 25,   [25 ... 28] = 26,   [29 ... 32] = 27,     /* 2-4 KiB */
+  [33 ... 40] = 28,  [41 ... 48] = 29,   [49 ... 56] = 30,   [57 ... 64] = 31,     /* 4-8 KiB */
+  [65 ... 80] = 32,  [81 ... 96] = 33,   [97 ... 112] = 34,  [113 ... 128] = 35,   /* 8-16 KiB */
+  [129 ... 160] = 36, [161 ... 192] = 37, [193 ... 224] = 38, [225 ... 256] = 39,  /* 16-32 KiB */
+};
+
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
 heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &hm_page_empty },

@@ -63,6 +63,10 @@ static inline size_t size_class(size_t n) {
   unsigned b = 63 - (unsigned)__builtin_clzl(m);            /* floor(log2(n-1)) >= 7 */
   return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3);
 }
+/* Sizes above SMALL_MAX up to 32 KiB: their class by table, in 128-byte
+ * steps (the classes there are multiples of 256 bytes). */
+#define TABLE_MAX     ((size_t)32 << 10)
+extern const uint8_t hm_class_by_128[TABLE_MAX / 128 + 1];
 static inline size_t class_size(size_t c) {
   if (c < 8) return (c + 1) * 16;
   size_t b = 7 + (c - 8) / 4, k = (c - 8) % 4;

@@ -31,6 +31,16 @@ TEST(class_round_trip) {
   }
 }
 
+/* malloc's fast path takes the class of sizes in (SMALL_MAX, TABLE_MAX] from
+ * a table: it must agree with size_class everywhere. */
+TEST(class_table_matches) {
+  for (size_t n = SMALL_MAX + 1; n <= TABLE_MAX; n++)
+    if (hm_class_by_128[(n + 127) >> 7] != size_class(n)) {
+      CHECKF(0, "size %zu: table says class %u, size_class %zu", n, hm_class_by_128[(n + 127) >> 7], size_class(n));
+      break;
+    }
+}
+
 TEST(page_lookup_every_class) {
   for (size_t c = 0; c < CLASSES; c++) {
     size_t n = class_size(c);
