@@ -195,7 +195,7 @@ static page_t *find_page(heap_t *h, size_t c) {
   while (pg) {
     page_t *next = pg->next;
     if (pg->free) break;
-    if (atomic_load_explicit(&pg->thread_free, memory_order_relaxed) & ~(uintptr_t)TF_MASK) {
+    if (TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_relaxed))) {
       page_collect(pg);
       if (pg->free) break;
     }

@@ -55,8 +55,8 @@ HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
   uintptr_t data = b->next, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
   do {
     if (unlikely(tf & TF_MASK)) { b->next = data; return false; }
-    b->next = enc(pg, tf);
-  } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (uintptr_t)b,
+    b->next = enc(pg, TF_PTR(tf));
+  } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
   return true;

@@ -88,6 +88,13 @@ struct segment_s;
 #define TF_NOTIFY     1   /* page is parked full: hand the block to the owner heap */
 #define TF_BUSY       2   /* a remote thread is handing a block to the owner */
 #define TF_MASK       3
+/* The other bits: the list's head (a block address, below 2^48) and, in the
+ * top 16, how many blocks it holds, so that the owner need not count them. */
+#define TF_ONE        ((uintptr_t)1 << 48)
+#define TF_PTR(tf)    ((tf) & (TF_ONE - 1) & ~(uintptr_t)TF_MASK)
+#define TF_COUNT(tf)  ((uint32_t)((tf) >> 48))
+/* thread_free after pushing block b onto tf's list */
+#define TF_PUSH(tf, b) ((uintptr_t)(b) + ((tf) & ~(TF_ONE - 1)) + TF_ONE + ((tf) & TF_MASK))
 
 /* Three cache lines, by who writes them: free() on any thread reads the
  * first, the owner's malloc and free write the second, other threads' frees
@@ -119,7 +126,7 @@ typedef struct page_s {
   uint8_t spare;                 /* empty, kept second in its queue for the next refill */
   struct page_s *next, *prev;    /* in a heap queue */
   /* other threads' */
-  _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: block list | TF_* state */
+  _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: count | block list | TF_* state */
 } page_t;
 _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 

@@ -65,21 +65,31 @@ bool page_extend(page_t *pg) {
   return true;
 }
 
-/* Move the remote-free list onto the local free list. */
+/* Move the remote-free list onto the local free list.  When the page has no
+ * free block (malloc's case) the list becomes it as it is: its length comes
+ * with it, so the owner does not walk it (its blocks' lines are the pushing
+ * threads', and each would be a miss); otherwise, and in hardened mode, the
+ * list is walked, every link checked, and spliced in front. */
 void page_collect(page_t *pg) {
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
-  if (!(tf & ~(uintptr_t)TF_MASK)) return;
+  if (!TF_PTR(tf)) return;
   while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, tf & TF_MASK,
                                                 memory_order_acquire, memory_order_relaxed)) {}
-  uintptr_t head = tf & ~(uintptr_t)TF_MASK, b = head, tail = 0;
-  uint32_t n = 0, used = page_used(pg);
-  while (b) {
-    if (unlikely(++n > used || b - (uintptr_t)pg->start >= page_area(pg)))
-      hm_fatal("corrupted remote free list (double free from another thread?)", (void *)b, pg);
-    tail = b;
-    b = dec(pg, ((block_t *)b)->next);
+  uintptr_t head = TF_PTR(tf);
+  uint32_t n = TF_COUNT(tf), used = page_used(pg);
+  if (unlikely(n > used || n == 0))
+    hm_fatal("corrupted remote free list (double free from another thread?)", (void *)head, pg);
+  if (pg->free || unlikely(hm_secure)) {
+    uintptr_t b = head, tail = 0;
+    uint32_t walked = 0;
+    while (b) {
+      if (unlikely(++walked > n || b - (uintptr_t)pg->start >= page_area(pg)))
+        hm_fatal("corrupted remote free list (double free from another thread?)", (void *)b, pg);
+      tail = b;
+      b = dec(pg, ((block_t *)b)->next);
+    }
+    ((block_t *)tail)->next = enc(pg, pg->free);
   }
-  ((block_t *)tail)->next = enc(pg, pg->free);
   pg->free = head;
   page_set_used(pg, used - n);
   if (unlikely(hm_slow_mode)) stat_count(STAT_REMOTE_RECEIVED, n);
@@ -102,7 +112,7 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
     if (q == b) return true;
   }
   limit = pg->capacity + 1;
-  uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire) & ~(uintptr_t)TF_MASK;
+  uintptr_t tf = TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_acquire));
   for (uintptr_t q = tf; q && limit--; q = dec(pg, ((block_t *)q)->next)) {
     check_link(pg, q);
     if (q == b) return true;
@@ -135,7 +145,7 @@ bool page_unreachable(page_t *pg, uint32_t elsewhere) {
   uint32_t used = atomic_load_explicit(&pg->used, memory_order_acquire);
   if (used == 0 || used < elsewhere) return false;
   uint32_t want = used - elsewhere, n = 0;
-  uintptr_t b = atomic_load_explicit(&pg->thread_free, memory_order_acquire) & ~(uintptr_t)TF_MASK;
+  uintptr_t b = TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_acquire));
   while (b && n <= want) {
     if (b - (uintptr_t)pg->start >= page_area(pg)) return false;    /* a bad link: leave it to the owner */
     n++;
@@ -162,8 +172,8 @@ void page_free_remote(page_t *pg, block_t *b) {
                                                     memory_order_release, memory_order_relaxed)) {}
       return;
     }
-    b->next = enc(pg, tf & ~(uintptr_t)TF_MASK);
-    if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (uintptr_t)b | (tf & TF_MASK),
+    b->next = enc(pg, TF_PTR(tf));
+    if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                               memory_order_release, memory_order_relaxed))
       return;
   }
