@@ -2,7 +2,7 @@
  * and its life cycle (creation on first use, abandonment at thread exit, fork).
  *
  * Each size class has a queue of pages that may have free blocks; the first is
- * the page malloc allocates from (heap->direct caches it for sizes <= 1 KiB).
+ * the page malloc allocates from (heap->current points at it).
  * A page found full is parked on heap->full with its thread_free state set to
  * TF_NOTIFY, so the first remote free into it tells the heap (page.c).
  *
@@ -11,7 +11,7 @@
  * gone quiet.  The fast paths take no lock: the purger leaves alone the first
  * page of each queue (the only pages malloc's fast path allocates from) and
  * every page that still has a block in use (the only pages free's could
- * reach), so the owner's queue heads and direct tables are the owner's alone. */
+ * reach), so the owner's queue heads and current pages are the owner's alone. */
 #include "hot.h"
 #include "options.h"
 #include "stats.h"
@@ -20,18 +20,27 @@
 #include <sched.h>
 #include <string.h>
 
-const uint8_t hm_class_by_128[TABLE_MAX / 128 + 1] = {   /* (n + 127) / 128 -> size_class(n) */
-  [9 ... 10] = 20,   [11 ... 12] = 21,   [13 ... 14] = 22,   [15 ... 16] = 23,     /* 1-2 KiB */
-  [17 ... 20] = 24,  [21 ... 24] = 25,   [25 ... 28] = 26,   [29 ... 32] = 27,     /* 2-4 KiB */
-  [33 ... 40] = 28,  [41 ... 48] = 29,   [49 ... 56] = 30,   [57 ... 64] = 31,     /* 4-8 KiB */
-  [65 ... 80] = 32,  [81 ... 96] = 33,   [97 ... 112] = 34,  [113 ... 128] = 35,   /* 8-16 KiB */
-  [129 ... 160] = 36, [161 ... 192] = 37, [193 ... 224] = 38, [225 ... 256] = 39,  /* 16-32 KiB */
-};
+/* size_class of every multiple of 16 up to TABLE_MAX, worked out by the
+ * compiler (the same formula as size_class). */
+#define SC(n)    ((n) <= 128 ? ((n) <= 16 ? 0 : ((n) - 1) >> 4) \
+                  : 8 + (63 - __builtin_clzl((n) - 1) - 7) * 4 + ((((n) - 1) >> (63 - __builtin_clzl((n) - 1) - 2)) & 3))
+#define C1(i)    SC((size_t)(i) * 16)
+#define C4(i)    C1(i), C1((i) + 1), C1((i) + 2), C1((i) + 3)
+#define C16(i)   C4(i), C4((i) + 4), C4((i) + 8), C4((i) + 12)
+#define C128(i)  C16(i), C16((i) + 16), C16((i) + 32), C16((i) + 48), C16((i) + 64), C16((i) + 80), C16((i) + 96), C16((i) + 112)
+#define C1024(i) C128(i), C128((i) + 128), C128((i) + 256), C128((i) + 384), C128((i) + 512), C128((i) + 640), C128((i) + 768), C128((i) + 896)
+const uint8_t hm_class_table[TABLE_SLOTS] = { C1024(0), C1024(1024), C1(2048) };
+_Static_assert(TABLE_SLOTS == 2049, "the initializer covers 2049 sizes");
+#undef SC
+#undef C1
+#undef C4
+#undef C16
+#undef C128
+#undef C1024
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
-heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_SLOTS - 1] = &hm_page_empty },
-                         .medium = { [0 ... CLASSES - 1] = &hm_page_empty } };
+heap_t hm_heap_empty = { .current = { [0 ... CLASSES - 1] = &hm_page_empty } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -40,42 +49,39 @@ static heap_t *_Atomic heaps_all; /* every heap struct ever made (for the purger
 static heap_t *heaps_free;       /* structs of exited threads, for reuse */
 static _Atomic int atfork_registered;
 
-/* ---- queues and the direct table ---------------------------------------- */
+/* ---- queues and the current pages ---------------------------------------- */
 
 /* Large pages hold one block and live on the full list; only class pages queue. */
 static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
 
-/* Point direct[] (or medium[]) at the first page of class c (or the empty
- * page).  In slow mode they stay empty: every malloc then takes the slow
- * path, where it is counted or checked, and the fast path pays nothing. */
-static void direct_update(heap_t *h, size_t c) {
+/* Point current[c] at the first page of class c (or the empty page).  In
+ * slow mode it stays empty: every malloc then takes the slow path, where it
+ * is counted or checked, and the fast path pays nothing. */
+static void current_update(heap_t *h, size_t c) {
   if (h->queue[c].first) h->queue[c].first->spare = 0;   /* in use again: not the purger's */
   if (hm_slow_mode) return;
-  page_t *pg = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
-  if (c > size_class(SMALL_MAX)) { h->medium[c] = pg; return; }
-  size_t top = class_size(c), lo = c == 0 ? 0 : class_size(c - 1) / 16 + 1;
-  for (size_t i = lo; i <= top / 16; i++) h->direct[i] = pg;
+  h->current[c] = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
 }
 
 static void queue_remove(heap_t *h, page_t *pg) {
   pageq_t *q = queue_of(h, pg);
   bool was_first = q->first == pg;
   pageq_remove(q, pg);
-  if (was_first) direct_update(h, pg->cls);
+  if (was_first) current_update(h, pg->cls);
 }
 
 static void queue_push(heap_t *h, page_t *pg, bool front) {
   pageq_t *q = queue_of(h, pg);
   if (front || !q->first) {
     pageq_push_front(q, pg);
-    direct_update(h, pg->cls);
+    current_update(h, pg->cls);
   } else {
     pageq_push(q, pg);
   }
 }
 
 /* Park a full page; false if remote frees arrived meanwhile (collect those).
- * (find_page points direct[] at the queue's new first page afterwards.) */
+ * (find_page points current[] at the queue's new first page afterwards.) */
 static bool page_park(heap_t *h, page_t *pg) {
   if (!page_try_notify(pg)) return false;
   pageq_remove(queue_of(h, pg), pg);
@@ -224,7 +230,7 @@ static page_t *find_page(heap_t *h, size_t c) {
   } else {
     pg->full_once = 0;
   }
-  direct_update(h, c);              /* once, for whatever the walk changed */
+  current_update(h, c);              /* once, for whatever the walk changed */
   return pg;
 }
 
@@ -436,8 +442,7 @@ heap_t *heap_get(void) {
   if (!(h = heap_struct_alloc())) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
   memset(h, 0, HEAP_RESET_SIZE);
-  for (size_t i = 0; i < DIRECT_SLOTS; i++) h->direct[i] = &hm_page_empty;
-  for (size_t c = 0; c < CLASSES; c++) h->medium[c] = &hm_page_empty;
+  for (size_t c = 0; c < CLASSES; c++) h->current[c] = &hm_page_empty;
   h->rand = os_random() | 1;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->live = true;

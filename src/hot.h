@@ -1,8 +1,7 @@
 /* hot.h — the fast paths of malloc and free, everything else is a call away.
  *
- * malloc(n), n <= 1 KiB:  page = heap->direct[(n+15)/16]; pop page->free
- *                          (bigger classes: heap->medium[class], the class by
- *                          table up to 32 KiB).
+ * malloc(n):               page = heap->current[class of n: a table lookup up
+ *                          to 32 KiB]; pop page->free.
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
  *                          map), page = segment->slice_page[slice of p]; if p
  *                          is a block start that does not look already freed,
@@ -27,13 +26,11 @@ HM_INLINE void *hm_page_pop(page_t *pg) {
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   page_t *pg;
-  if (likely(n <= SMALL_MAX)) {
-    pg = h->direct[(n + 15) >> 4];
-  } else if (likely(n <= TABLE_MAX)) {
-    pg = h->medium[hm_class_by_128[(n + 127) >> 7]];
+  if (likely(n <= TABLE_MAX)) {
+    pg = h->current[hm_class_table[(n + 15) >> 4]];
   } else {
     if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n);
-    pg = h->medium[size_class(n)];
+    pg = h->current[size_class(n)];
   }
   if (likely(pg->free != 0)) return hm_page_pop(pg);
   return heap_malloc_slow(h, n);

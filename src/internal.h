@@ -46,8 +46,6 @@
  * up to 256 KiB.  Bigger blocks are "large" (one block on a run of slices of a
  * segment) up to LARGE_MAX, then "huge" (a segment of their own). */
 #define CLASSES       52
-#define SMALL_MAX     1024                      /* sizes served via heap->direct */
-#define DIRECT_SLOTS  (SMALL_MAX / 16 + 1)
 #define MEDIUM_MAX    ((size_t)256 << 10)       /* largest size class */
 #define LARGE_MAX     (SEG_SIZE / 2)
 #define CLASS_LARGE   CLASSES                   /* page kinds beyond the classes */
@@ -63,10 +61,12 @@ static inline size_t size_class(size_t n) {
   unsigned b = 63 - (unsigned)__builtin_clzl(m);            /* floor(log2(n-1)) >= 7 */
   return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3);
 }
-/* Sizes above SMALL_MAX up to 32 KiB: their class by table, in 128-byte
- * steps (the classes there are multiples of 256 bytes). */
+/* malloc's class table for sizes up to 32 KiB, in 16-byte steps (2 KiB):
+ * one load, and no branch on the size, so a program mixing sizes does not
+ * pay mispredicted jumps. */
 #define TABLE_MAX     ((size_t)32 << 10)
-extern const uint8_t hm_class_by_128[TABLE_MAX / 128 + 1];
+#define TABLE_SLOTS   (TABLE_MAX / 16 + 1)
+extern const uint8_t hm_class_table[TABLE_SLOTS];
 static inline size_t class_size(size_t c) {
   if (c < 8) return (c + 1) * 16;
   size_t b = 7 + (c - 8) / 4, k = (c - 8) % 4;
@@ -215,8 +215,7 @@ typedef struct pageq_s { page_t *first, *last; } pageq_t;
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
 typedef struct heap_s {
-  page_t *direct[DIRECT_SLOTS];  /* (n+15)>>4 -> page to allocate n bytes from */
-  page_t *medium[CLASSES];       /* class -> page to allocate from, for sizes > SMALL_MAX */
+  page_t *current[CLASSES];      /* class -> page malloc's fast path allocates from */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
