@@ -237,7 +237,7 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
 static void segment_discard(segment_t *s) {
   segmap_set(s, 0);
   s->heap = NULL;
-  uint64_t now = os_now_ms(), due = 0;
+  uint64_t now = os_now_ms();
   segment_t *drop = s, *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
   if (hm_options.segment_cache > 0) {
@@ -255,9 +255,9 @@ static void segment_discard(segment_t *s) {
     retire(drop, now);
     drop = NULL;
   }
-  due = cache_decay(now, false, false, &unmap);
+  uint64_t due = cache_decay(now, false, false, &unmap);
   pthread_mutex_unlock(&cache_lock);
-  if (drop) { stat_dec(STAT_SEGMENTS); segment_unmap(drop); }
+  if (drop) { drop->next = unmap; unmap = drop; }   /* (no purger: it goes now) */
   unmap_runs(unmap);
   if (due) purge_arm(due);
 }
