@@ -190,7 +190,7 @@ void *hm_realloc(void *p, size_t n) {
   if (pg->cls == CLASS_LARGE && n > MEDIUM_MAX && n <= LARGE_MAX &&
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap) {
     /* an aligned block may start several slices into its run */
-    size_t lead = (size_t)(pg->start - ((uint8_t *)s + (size_t)(pg - s->pages) * SLICE_SIZE));
+    size_t lead = (size_t)(pg->start - page_run(pg));
     heap_enter(hm_tls_heap);
     bool resized = segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE);
     heap_leave(hm_tls_heap);

@@ -257,10 +257,10 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
       page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE);
       if (!pg) return enomem();
       segment_t *s = segment_of(pg);
-      uint8_t *run = (uint8_t *)s + (size_t)(pg - s->pages) * SLICE_SIZE;
+      uint8_t *run = page_run(pg);
       uint8_t *blk = align > SLICE_SIZE ? (uint8_t *)(((uintptr_t)run + align - 1) & ~(uintptr_t)(align - 1)) : run;
       size_t bs = (size_t)(run + slices * SLICE_SIZE - blk) - secure_guard();
-      secure_page_guard(s, (size_t)(pg - s->pages), slices);
+      secure_page_guard(s, pg->slice, slices);
       pg->start = blk;
       pg->block_size = bs;
       page_set_area(pg, bs);

@@ -124,6 +124,7 @@ typedef struct page_s {
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
   uint8_t full_once;             /* found full once and sent to the back of its queue */
   uint8_t spare;                 /* empty, kept second in its queue for the next refill */
+  uint8_t slice;                 /* its run's first slice */
   struct page_s *next, *prev;    /* in a heap queue */
   /* other threads' */
   _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: count | block list | TF_* state */
@@ -181,7 +182,9 @@ typedef struct segment_s {
   size_t huge_offset;            /* huge segments: header sits this far below the block's chunk */
   _Atomic int abandoned;
   uint32_t pages_used;
-  page_t pages[SLICES];          /* descriptor of the page starting at slice i */
+  uint64_t pages_map;            /* bit d: pages[d] describes a page */
+  page_t pages[SLICES];          /* page descriptors, lowest free one first: a segment of
+                                    few pages touches one OS page of header (huge: pages[1]) */
 } segment_t;
 
 _Static_assert(sizeof(segment_t) <= SLICE_SIZE, "segment header must fit in slice 0");
@@ -195,6 +198,11 @@ extern _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 static inline segment_t *segment_of(const void *p) {
   return (segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
 }
+/* The first byte of pg's run of slices. */
+static inline uint8_t *page_run(const page_t *pg) { return (uint8_t *)segment_of(pg) + (size_t)pg->slice * SLICE_SIZE; }
+/* Each page of segment s in turn (pg may be given back inside the loop). */
+#define for_each_page(s, pg) \
+  for (uint64_t m_ = (s)->pages_map; m_ && ((pg) = &(s)->pages[__builtin_ctzll(m_)], 1); m_ &= m_ - 1)
 /* Is p in one of our segments?  Safe for any pointer value. */
 static inline bool segment_known(const void *p) {
   uintptr_t i = (uintptr_t)p >> SEG_SHIFT;

@@ -14,13 +14,12 @@
 
 void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   segment_t *s = segment_of(pg);
-  size_t first = (size_t)(pg - s->pages);
-  pg->start = (uint8_t *)s + first * SLICE_SIZE;
+  pg->start = page_run(pg);
   pg->block_size = block_size;
   size_t span = pg->slices * SLICE_SIZE - secure_guard();        /* secure mode: a guard page at the end */
   pg->reserved = (uint32_t)(span / block_size);
   if (hm_secure) {
-    secure_page_guard(s, first, pg->slices);
+    secure_page_guard(s, pg->slice, pg->slices);
     secure_page_init(pg);
   }
   pg->capacity = 0;

@@ -39,7 +39,7 @@ _Static_assert(SLICE_SIZE / 16 / 8 * SLICES <= SLICE_SIZE - BITMAP_OFF, "a bit p
 /* ---- the allocation bitmap ------------------------------------------------ */
 
 /* The word holding block p's bit, and the bit: a page's bits start at the
- * bitmap slot of its first slice (a page of n blocks needs n bits, and n is
+ * bitmap slot of its descriptor (a page of n blocks needs n bits, and n is
  * at most one slice's worth of 16-byte blocks). */
 static _Atomic uint64_t *bit_of(page_t *pg, const void *p, uint64_t *bit) {
   segment_t *s = segment_of(pg);

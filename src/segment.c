@@ -322,8 +322,11 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
     i = find_run(s->used_slices, n);
   }
   uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
-  page_t *pg = &s->pages[i];
+  int d = __builtin_ctzll(~s->pages_map);     /* (at most 63 pages: one is free) */
+  page_t *pg = &s->pages[d];
   memset(pg, 0, sizeof *pg);
+  s->pages_map |= 1ull << d;
+  pg->slice = (uint8_t)i;
   pg->slices = (uint8_t)n;
   pg->cls = cls;
   pg->is_zero = !(s->dirty_slices & mask);
@@ -342,10 +345,11 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
 
 /* Give a page's slices back to its segment (which stays with its heap). */
 static void page_slices_free(segment_t *s, page_t *pg) {
-  size_t i = (size_t)(pg - s->pages), n = pg->slices;
+  size_t i = pg->slice, n = pg->slices;
   uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
   pg->slices = 0;
+  s->pages_map &= ~(1ull << (pg - s->pages));
   page_set_owner(pg, NULL);
   s->used_slices &= ~mask;
   s->dirty_slices |= mask;
@@ -391,7 +395,7 @@ void segment_page_free(page_t *pg) {
 bool segment_large_resize(page_t *pg, size_t slices) {
   if (hm_secure) return false;                /* (its guard page would have to move) */
   segment_t *s = segment_of(pg);
-  size_t i = (size_t)(pg - s->pages), n = pg->slices;
+  size_t i = pg->slice, n = pg->slices;
   if (slices == n) return true;
   if (slices < n) {
     uint64_t tail = (((n - slices) >= 64 ? ~0ull : (1ull << (n - slices)) - 1)) << (i + slices);
@@ -561,7 +565,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
   s->used_slices = ~0ull;
   page_t *pg = &s->pages[1];
-  pg->slices = 1;
+  pg->slice = pg->slices = 1;
   pg->cls = CLASS_HUGE;
   pg->is_zero = zero;
   pg->start = (uint8_t *)s + off;
@@ -697,9 +701,8 @@ void segment_census(census_t *c) {
     c->committed += dirty;
     c->purgeable += dirty;
     if (!kind) { c->cached += s->size; continue; }          /* empty, in the cache */
-    for (size_t i = 1; i < SLICES; i++) {
-      page_t *pg = s->slice_page[i];
-      if (pg != &s->pages[i] || pg->cls > CLASS_LARGE) continue;   /* not a page's first slice */
+    page_t *pg;
+    for_each_page(s, pg) {
       c->cls[pg->cls].pages++;
       c->cls[pg->cls].used += page_used(pg);
       c->cls[pg->cls].capacity += pg->capacity;
@@ -714,9 +717,8 @@ void segment_census(census_t *c) {
 
 /* Called by an exiting heap for a segment that still holds live blocks. */
 void segment_abandon(segment_t *s) {
-  for (size_t i = 1; i < SLICES; i++)
-    if (s->slice_page[i] == &s->pages[i])
-      page_set_owner(&s->pages[i], NULL);
+  page_t *pg;
+  for_each_page(s, pg) page_set_owner(pg, NULL);
   s->heap = NULL;
   pthread_mutex_lock(&abandoned_lock);
   list_push(&abandoned, s);
@@ -733,9 +735,8 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
   s->heap = h;
   list_push(&h->segments, s);
   stat_inc(STAT_RECLAIMED);
-  for (size_t i = 1; i < SLICES; i++) {
-    page_t *pg = &s->pages[i];
-    if (s->slice_page[i] != pg) continue;
+  page_t *pg;
+  for_each_page(s, pg) {
     page_set_flags(pg, hm_page_flags);
     page_set_owner(pg, h);
     page_collect(pg);
@@ -785,9 +786,8 @@ uint64_t segment_tidy_abandoned(bool force, size_t *left) {
   pthread_mutex_lock(&abandoned_lock);
   for (segment_t *s = abandoned, *snext; s; s = snext) {
     snext = s->next;
-    for (size_t i = 1; i < SLICES; i++) {
-      page_t *pg = &s->pages[i];
-      if (s->slice_page[i] != pg) continue;
+    page_t *pg;
+    for_each_page(s, pg) {
       page_collect(pg);
       if (page_used(pg) == 0) page_slices_free(s, pg);
     }

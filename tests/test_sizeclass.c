@@ -74,8 +74,9 @@ TEST(slices_carved_and_released) {
   segment_t *s = segment_checked(p);
   CHECK(s != NULL);
   page_t *pg = page_of(s, p);
-  size_t first = (size_t)(pg - s->pages);
+  size_t first = pg->slice, d = (size_t)(pg - s->pages);
   CHECK(pg->cls == CLASS_LARGE);
+  CHECK(s->pages_map & (1ull << d));
   CHECKF(pg->slices == n / SLICE_SIZE, "slices %u", pg->slices);
   CHECK(pg->start == (uint8_t *)s + first * SLICE_SIZE);
   for (size_t i = 0; i < pg->slices; i++) CHECK(s->slice_page[first + i] == pg);
@@ -85,6 +86,28 @@ TEST(slices_carved_and_released) {
   for (size_t i = 0; i < n / SLICE_SIZE; i++) CHECK(s->slice_page[first + i] == &hm_page_invalid);
   CHECK(!(s->used_slices & (1ull << first)));
   CHECK(s->dirty_slices & (1ull << first));
+  CHECK(!(s->pages_map & (1ull << d)));
+}
+
+TEST(descriptors_packed) {
+  /* Page descriptors are taken lowest first, whatever slices their pages
+   * start at: a segment of few pages touches only the first OS page of its
+   * header.  Large blocks in a thread of their own get a fresh segment. */
+  enum { N = 6 };
+  void *p[N];
+  segment_t *s = NULL;
+  for (int i = 0; i < N; i++) {
+    p[i] = hakmem_malloc((size_t)3 << 17);   /* 384 KiB: a run of 6 slices */
+    CHECK(p[i] != NULL);
+    if (!p[i]) return;
+    page_t *pg = page_of(segment_checked(p[i]), p[i]);
+    if (i == 0) s = segment_of(pg);
+    if (segment_of(pg) != s) continue;
+    CHECKF((size_t)(pg - s->pages) < (size_t)__builtin_popcountll(s->pages_map),
+           "block %d: descriptor %zu of %d", i, (size_t)(pg - s->pages), __builtin_popcountll(s->pages_map));
+    CHECKF(pg->slice >= 1 && page_run(pg) == p[i], "block %d: run at slice %u", i, pg->slice);
+  }
+  for (int i = 0; i < N; i++) hakmem_free(p[i]);
 }
 
 TEST(pages_return_to_segment) {
