@@ -280,10 +280,10 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
   return pg->start;
 }
 
-void *heap_malloc_slow(heap_t *h, size_t n) {
+void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
   heap_enter(h);
-  void *p = n > MEDIUM_MAX ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, size_class(n));
+  void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, c);
   heap_leave(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);

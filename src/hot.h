@@ -25,15 +25,16 @@ HM_INLINE void *hm_page_pop(page_t *pg) {
 
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
-  page_t *pg;
+  size_t c;
   if (likely(n <= TABLE_MAX)) {
-    pg = h->current[hm_class_table[(n + 15) >> 4]];
+    c = hm_class_table[(n + 15) >> 4];
   } else {
-    if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n);
-    pg = h->current[size_class(n)];
+    if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n, CLASS_LARGE);
+    c = size_class(n);
   }
+  page_t *pg = h->current[c];
   if (likely(pg->free != 0)) return hm_page_pop(pg);
-  return heap_malloc_slow(h, n);
+  return heap_malloc_slow(h, n, c);
 }
 
 /* May b, at offset off of its page, be freed here: is it a block start, and

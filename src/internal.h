@@ -322,7 +322,7 @@ void    heap_collect_all(heap_t *h);
 void    heap_wake_idle(heap_t *h);                 /* a remote free reached a heap the purger trimmed */               /* (owner, locked) collect everything, free empty pages */
 bool    heap_trim_idle(heap_t *h);                 /* (purger, locked) take back unreachable pages */
 heap_t *heap_first(void);                          /* the registry of heaps, for the purger */
-void   *heap_malloc_slow(heap_t *h, size_t n);
+void   *heap_malloc_slow(heap_t *h, size_t n, size_t c);   /* c: n's class, or CLASS_LARGE above them */
 void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
