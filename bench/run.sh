@@ -76,14 +76,14 @@ remote90-t2    default  $B/mt_remote 2 3000000 400 16 2048 90
 remote0-t4     default  $B/mt_remote 4 2500000 400 16 2048 0
 remote50-t4    default  $B/mt_remote 4 1500000 400 16 2048 50
 remote90-t4    default  $B/mt_remote 4 1500000 400 16 2048 90
-remote0-t8     full     $B/mt_remote 8 1250000 400 16 2048 0
-remote50-t8    full     $B/mt_remote 8 750000 400 16 2048 50
-remote90-t8    full     $B/mt_remote 8 750000 400 16 2048 90
+remote0-t8     full     $B/mt_remote 8 5000000 400 16 2048 0
+remote50-t8    full     $B/mt_remote 8 3000000 400 16 2048 50
+remote90-t8    full     $B/mt_remote 8 3000000 400 16 2048 90
 larson-t2      default  $B/larson 2 1 1000 8 1024 20000
 larson-t4      default  $B/larson 4 1 1000 8 1024 20000
 larson-t8      full     $B/larson 8 1 1000 8 1024 20000
 midlarge-t2    default  $B/mt_remote 2 5000000 400 8192 32768 0 mid
-midlarge-t4    full     $B/mt_remote 4 2500000 400 8192 32768 0 mid
+midlarge-t4    full     $B/mt_remote 4 5000000 400 8192 32768 0 mid
 prodcons-t2    default  $B/prodcons 1 5000000 16 1024
 prodcons-t4    full     $B/prodcons 2 2500000 16 1024
 falseshare-t2  default  $B/false_sharing 2 1000000 8 100
