@@ -195,6 +195,8 @@ extern _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 #define SEGMAP_NORMAL 1
 #define SEGMAP_HUGE   2
 
+/* The slice bitmap bits of slices [i, i+n) of a segment. */
+static inline uint64_t slice_run(size_t i, size_t n) { return (n >= 64 ? ~0ull : (1ull << n) - 1) << i; }
 static inline segment_t *segment_of(const void *p) {
   return (segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
 }

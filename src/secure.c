@@ -185,7 +185,7 @@ void secure_guard_set(void *p, size_t size) {
 void secure_page_guard(segment_t *s, size_t first, size_t n) {
   if (!hm_secure) return;
   uint64_t want = 1ull << (first + n - 1);
-  uint64_t inside = ((n >= 64 ? ~0ull : (1ull << n) - 1) << first) & ~want;
+  uint64_t inside = slice_run(first, n) & ~want;
   for (uint64_t off = s->guard_slices & inside; off; off &= off - 1)
     os_protect((uint8_t *)s + (size_t)(__builtin_ctzll(off) + 1) * SLICE_SIZE - OS_PAGE, OS_PAGE, true);
   if (!(s->guard_slices & want)) os_protect((uint8_t *)s + (first + n) * SLICE_SIZE - OS_PAGE, OS_PAGE, false);

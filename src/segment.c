@@ -163,7 +163,7 @@ static uint64_t first_run(uint64_t m, unsigned *i, unsigned *n) {
   *i = (unsigned)__builtin_ctzll(m);
   uint64_t rest = ~(m >> *i);                             /* zero bits: the run */
   *n = rest ? (unsigned)__builtin_ctzll(rest) : 64 - *i;
-  return (*n >= 64 ? ~0ull : (1ull << *n) - 1) << *i;
+  return slice_run(*i, *n);
 }
 
 /* Purge the free slices in mask, coalescing runs into one madvise each. */
@@ -188,6 +188,14 @@ static void retire(segment_t *s, uint64_t now) {
   s->next = *at;
   *at = s;
   if (!retired_count++) retired_due = now + (uint64_t)hm_options.purge_delay_ms;
+}
+
+/* (cache_lock held) The retired list, emptied: for unmap_runs after the lock. */
+static segment_t *take_retired(void) {
+  segment_t *list = retired;
+  retired = NULL;
+  retired_count = 0;
+  return list;
 }
 
 /* Unmap a list of retired segments (ascending), one munmap per run of
@@ -221,9 +229,7 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
     } else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
   if (retired && (((purger || !purge_running()) && now >= retired_due) || force || retired_count >= RETIRED_MAX)) {
-    *unmap = retired;
-    retired = NULL;
-    retired_count = 0;
+    *unmap = take_retired();
   } else if (retired && (!next || retired_due < next)) {
     next = retired_due;
   }
@@ -286,9 +292,7 @@ bool segment_cache_trim(void) {
     retire(s, now);
   }
   cache_count = 0;
-  segment_t *unmap = retired;
-  retired = NULL;
-  retired_count = 0;
+  segment_t *unmap = take_retired();
   pthread_mutex_unlock(&cache_lock);
   unmap_runs(unmap);
   return unmap != NULL;
@@ -321,7 +325,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
     if (!(s = segment_new(h))) return NULL;
     i = find_run(s->used_slices, n);
   }
-  uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
+  uint64_t mask = slice_run(i, n);
   int d = __builtin_ctzll(~s->pages_map);     /* (at most 63 pages: one is free) */
   page_t *pg = &s->pages[d];
   memset(pg, 0, sizeof *pg);
@@ -346,7 +350,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
 /* Give a page's slices back to its segment (which stays with its heap). */
 static void page_slices_free(segment_t *s, page_t *pg) {
   size_t i = pg->slice, n = pg->slices;
-  uint64_t mask = (n >= 64 ? ~0ull : ((1ull << n) - 1)) << i;
+  uint64_t mask = slice_run(i, n);
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
   pg->slices = 0;
   s->pages_map &= ~(1ull << (pg - s->pages));
@@ -398,14 +402,14 @@ bool segment_large_resize(page_t *pg, size_t slices) {
   size_t i = pg->slice, n = pg->slices;
   if (slices == n) return true;
   if (slices < n) {
-    uint64_t tail = (((n - slices) >= 64 ? ~0ull : (1ull << (n - slices)) - 1)) << (i + slices);
+    uint64_t tail = slice_run(i + slices, n - slices);
     for (size_t k = slices; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
     s->used_slices &= ~tail;
     s->dirty_slices |= tail;
     segment_after_free(s->heap, s);
   } else {
     if (i + slices > SLICES) return false;
-    uint64_t more = ((slices - n) >= 64 ? ~0ull : (1ull << (slices - n)) - 1) << (i + n);
+    uint64_t more = slice_run(i + n, slices - n);
     if (s->used_slices & more) return false;
     for (size_t k = n; k < slices; k++) s->slice_page[i + k] = pg;
     s->purged_slices &= ~more;
