@@ -51,6 +51,7 @@ typedef struct hakmem_stats_s {
   size_t mallocs, frees;  /* (stats) allocations and frees since start */
   size_t requested;       /* (stats) bytes requested since start */
   size_t remote_frees;    /* (stats) frees of blocks another thread allocated */
+  size_t thread_cached;   /* bytes in freed blocks that threads keep for reuse (HAKMEM_THREAD_CACHE_KB) */
 } hakmem_stats_t;
 void hakmem_stats_get(hakmem_stats_t *out);
 

@@ -38,14 +38,20 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
   return pg;
 }
 
-/* Has block p of pg been freed?  The owner confirms on its free lists; any
- * other thread goes by the block's look (block_looks_free), and for a large
- * block by its page's flag. */
+/* Has block p of pg been freed?  The owner confirms on its free lists and
+ * its thread cache (locked: the purger may be emptying it); any other thread
+ * goes by the block's look (block_looks_free), and for a large block by its
+ * page's flag. */
 static bool already_freed(page_t *pg, const void *p) {
   if (pg->cls == CLASS_LARGE) return atomic_load_explicit(&pg->freed, memory_order_relaxed);
   if (hm_secure) return secure_is_free(pg, p);
   if (!block_looks_free(pg, p)) return false;
-  return atomic_load_explicit(&pg->heap, memory_order_relaxed) != hm_tls_heap || page_contains_free(pg, (uintptr_t)p);
+  heap_t *h = hm_tls_heap;
+  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || page_contains_free(pg, (uintptr_t)p)) return true;
+  heap_enter(h);
+  bool cached = tcache_contains(h, pg->cls, (uintptr_t)p);
+  heap_leave(h);
+  return cached;
 }
 
 HM_COLD void hm_free_slow(void *p) {
@@ -227,6 +233,7 @@ int hm_malloc_trim(size_t pad) {
   if (h != &hm_heap_empty) {
     if (hm_secure) secure_flush(h);
     heap_enter(h);
+    tcache_flush(h);
     heap_collect_all(h);
     segment_purge_due(h, PURGE_FORCE, NULL);
     heap_leave(h);

@@ -367,10 +367,12 @@ static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
 
 /* The purger (h locked, its owner perhaps running fast paths): give back the
  * pages no thread can reach any more (page_unreachable), then purge what is
- * due.  Blocks handed over on the delayed list count as free; those of pages
+ * due.  First the thread caches are emptied (a quiet thread does not need
+ * them).  Blocks handed over on the delayed list count as free; those of pages
  * still in use go back on the list for the owner.  True if it freed a page. */
 bool heap_trim_idle(heap_t *h) {
   bool freed = false;
+  tcache_take(h);                     /* its blocks onto their pages' remote lists */
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire), keep = 0, keep_last = 0;
   while (b) {
     page_t *pg;
@@ -406,6 +408,7 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
+  tcache_process_init();
   pthread_key_create(&heap_key, heap_thread_done);
 }
 
@@ -444,6 +447,7 @@ heap_t *heap_get(void) {
   memset(h, 0, HEAP_RESET_SIZE);
   for (size_t c = 0; c < CLASSES; c++) h->current[c] = &hm_page_empty;
   h->rand = os_random() | 1;
+  tcache_init(h);
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->live = true;
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
@@ -459,6 +463,7 @@ heap_t *heap_get(void) {
 /* Free every page of h that is empty, and abandon the segments that still
  * hold live blocks so that live threads can reclaim them. */
 static void heap_done(heap_t *h) {
+  tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
   for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);
   /* 2. frees already delivered */

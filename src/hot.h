@@ -1,13 +1,17 @@
 /* hot.h — the fast paths of malloc and free, everything else is a call away.
  *
- * malloc(n):               page = heap->current[class of n: a table lookup up
- *                          to 32 KiB]; pop page->free.
+ * malloc(n):               class of n (a table lookup up to 32 KiB); above
+ *                          3.5 KiB, pop the heap's thread cache of the class
+ *                          if it has a block; else page = heap->current[class],
+ *                          pop page->free.
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
  *                          map), page = segment->slice_page[slice of p]; if p
  *                          is a block start that does not look already freed,
- *                          push it on page->free if this thread owns the page,
- *                          else onto the page's thread_free with one CAS.
- * No locks, no atomics, no per-block header.  Anything unusual (first use by a
+ *                          and this thread owns the page: push it on the
+ *                          thread cache of its class if that has room (4 KiB
+ *                          up), else on page->free; if another thread owns the
+ *                          page, push it on the page's thread_free with one CAS.
+ * No locks, no atomic read-modify-writes but that CAS, no per-block header.  Anything unusual (first use by a
  * thread, empty page, bigger sizes, another thread's block, a page parked as
  * full, a suspicious pointer) goes to the slow paths in heap.c and alloc.c. */
 #ifndef HAKMEM_HOT_H
@@ -23,11 +27,58 @@ HM_INLINE void *hm_page_pop(page_t *pg) {
   return b;
 }
 
+/* The thread cache (tcache.c).  The owner marks itself busy for the few
+ * instructions of a push or pop; the purger, to empty the cache, sets tc_stop
+ * and then sees the owner busy or is sure the owner sees tc_stop.  The
+ * signal fence keeps the compiler from moving the store below the load; the
+ * purger's membarrier() stands in for the processor fence. */
+HM_INLINE bool tc_enter(heap_t *h) {
+  atomic_store_explicit(&h->tc_busy, 1, memory_order_relaxed);
+  atomic_signal_fence(memory_order_seq_cst);
+  return likely(!atomic_load_explicit(&h->tc_stop, memory_order_acquire));
+}
+HM_INLINE void tc_leave(heap_t *h) { atomic_store_explicit(&h->tc_busy, 0, memory_order_release); }
+
+HM_INLINE uintptr_t tc_get(_Atomic uintptr_t *t) { return atomic_load_explicit(t, memory_order_relaxed); }
+HM_INLINE void tc_set(_Atomic uintptr_t *t, uintptr_t w) { atomic_store_explicit(t, w, memory_order_relaxed); }
+
+/* A block of class c (TC_MIN <= c <= class of TABLE_MAX) from h's cache, or NULL. */
+HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
+  _Atomic uintptr_t *t = &h->tc[c - TC_MIN];
+  block_t *b = NULL;
+  if (tc_enter(h) && (b = (block_t *)(tc_get(t) & ~TC_ROOM)) != NULL) {
+    tc_set(t, b[1].next ^ h->tc_key);
+    b[0].next = b[1].next = 0;
+  }
+  tc_leave(h);
+  return b;
+}
+
+/* Cache b, a block of class c on pg, owned by h and not looking free, if
+ * there is room. */
+HM_INLINE bool hm_tcache_push(heap_t *h, page_t *pg, block_t *b, size_t c) {
+  _Atomic uintptr_t *t = &h->tc[c - TC_MIN];
+  uintptr_t w;
+  bool done = false;
+  if (tc_enter(h) && ((w = tc_get(t)) & TC_ROOM)) {
+    b[0].next = enc(pg, 0);              /* looks free: a second free is caught */
+    b[1].next = w ^ h->tc_key;
+    tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
+    done = true;
+  }
+  tc_leave(h);
+  return done;
+}
+
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   size_t c;
-  if (likely(n <= TABLE_MAX)) {
+  if (likely(n <= TC_MIN_SIZE)) {
     c = hm_class_table[(n + 15) >> 4];
+  } else if (n <= TABLE_MAX) {
+    c = hm_class_table[(n + 15) >> 4];
+    void *b = hm_tcache_pop(h, c);
+    if (b) return b;
   } else {
     if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n, CLASS_LARGE);
     c = size_class(n);
@@ -60,23 +111,34 @@ HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
   return true;
 }
 
+/* The owner h frees b (not looking free) onto its page. */
+HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) {
+  b->next = enc(pg, pg->free);
+  pg->free = (uintptr_t)b;
+  /* release: once the purger reads the new count, these stores are done */
+  uint32_t used = page_used(pg) - 1;
+  atomic_store_explicit(&pg->used, used, memory_order_release);
+  if (unlikely(used == 0)) heap_page_retire(h, pg);
+}
+
 HM_INLINE void hm_free_fast(void *p) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
     page_t *pg = page_of(segment_of(p), p);
     block_t *b = (block_t *)p;
     uintptr_t start = (uintptr_t)pg->start, area = page_area(pg), off = (uintptr_t)p - start;
-    heap_t *owner;
-    if (likely(atomic_load_explicit(&pg->local, memory_order_relaxed) == hm_tls_heap)) {          /* ours, and neither parked nor slow */
+    heap_t *owner, *h = hm_tls_heap;
+    uintptr_t local = atomic_load_explicit(&pg->local, memory_order_relaxed);
+    if (likely(local == (uintptr_t)h)) {             /* ours, and neither parked nor slow */
       if (likely(hm_freeable(pg, b, start, area, off))) {
-        b->next = enc(pg, pg->free);
-        pg->free = (uintptr_t)b;
-        /* release: once the purger reads the new count, these stores are done */
-        uint32_t used = page_used(pg) - 1;
-        atomic_store_explicit(&pg->used, used, memory_order_release);
-        if (unlikely(used == 0)) heap_page_retire(hm_tls_heap, pg);
+        hm_page_push(h, pg, b);
         return;
       }
-    } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != hm_tls_heap &&
+    } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
+      if (likely(hm_freeable(pg, b, start, area, off))) {
+        if (!hm_tcache_push(h, pg, b, pg->cls)) hm_page_push(h, pg, b);
+        return;
+      }
+    } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&
                !hm_slow_mode && hm_freeable(pg, b, start, area, off) && hm_free_remote_fast(pg, b, owner)) {
       return;
     }

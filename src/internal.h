@@ -73,6 +73,19 @@ static inline size_t class_size(size_t c) {
   return ((size_t)1 << b) + (k + 1) * ((size_t)1 << (b - 2));
 }
 
+/* A thread cache (tcache.c): freed blocks of one class of 4-32 KiB, last
+ * freed first, in one word: the first block's address and, in the low bits
+ * (blocks of these classes are multiples of 1 KiB from a 64 KiB boundary),
+ * how many more blocks it may take.  A cached block's first word is its
+ * page's encoded end of list (it looks free), its second the cache's word as
+ * it was before the block came, encoded with the heap's tc_key. */
+#define TC_MIN      27                           /* 4 KiB */
+#define TC_MIN_SIZE ((size_t)3584)               /* class_size(TC_MIN - 1): sizes above it have one */
+#define TC_CLASSES  13                           /* up to 32 KiB (TABLE_MAX); the bigger
+                                                    classes' caches have no room */
+#define TC_ROOM     ((uintptr_t)1023)
+extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0 and membarrier works */
+
 /* ---- blocks and pages ---------------------------------------------------- */
 typedef struct block_s { uintptr_t next; } block_t;   /* next is encoded */
 
@@ -106,19 +119,21 @@ typedef struct page_s {
   uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
-  struct heap_s *_Atomic local;  /* the owner while flags are clear, else NULL: the one
-                                    test free's fast path makes (page_set_*; any thread
-                                    reads it, hence atomic, relaxed: a plain load) */
+  _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0, and
+                                    + 1 if the class has a thread cache: the one test free's
+                                    fast path makes (page_local; any thread reads it, hence
+                                    atomic, relaxed: a plain load) */
   size_t block_size;
-  uint32_t capacity;             /* blocks carved so far */
-  uint32_t reserved;             /* blocks that fit */
+  uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   /* the owner's */
   _Alignas(64) uintptr_t free;   /* encoded head of the free list */
   uintptr_t pop_key;             /* = key, here so that malloc reads only this line */
-  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected);
-                                    written by the owner, read by the purger (page_used) */
+  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected,
+                                    and those in the owner's thread cache); written by the
+                                    owner, read by the purger (page_used) */
+  uint32_t capacity;             /* blocks carved so far */
+  uint32_t reserved;             /* blocks that fit */
   uint8_t flags;
-  uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
   uint8_t is_zero;               /* carved-but-never-used memory is zero */
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
@@ -132,14 +147,18 @@ typedef struct page_s {
 _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 
 /* A page's owner and flags are set together with local. */
+static inline void page_set_local(page_t *pg) {
+  uintptr_t h = (uintptr_t)atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  bool cached = hm_tcache_on && (unsigned)pg->cls - TC_MIN < TC_CLASSES;
+  atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : h + cached, memory_order_relaxed);
+}
 static inline void page_set_owner(page_t *pg, struct heap_s *h) {
   atomic_store_explicit(&pg->heap, h, memory_order_release);
-  atomic_store_explicit(&pg->local, pg->flags ? NULL : h, memory_order_relaxed);
+  page_set_local(pg);
 }
 static inline void page_set_flags(page_t *pg, uint8_t f) {
   pg->flags = f;
-  atomic_store_explicit(&pg->local, f ? NULL : atomic_load_explicit(&pg->heap, memory_order_relaxed),
-                        memory_order_relaxed);
+  page_set_local(pg);
 }
 
 /* used: only the owner writes it; the purger reads it to tell whether every
@@ -221,11 +240,17 @@ static inline segment_t *segment_checked(const void *p) {
 /* ---- heaps --------------------------------------------------------------- */
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
+
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
 typedef struct heap_s {
   page_t *current[CLASSES];      /* class -> page malloc's fast path allocates from */
+  _Atomic uint8_t tc_busy;       /* the owner is in a thread cache push or pop */
+  _Atomic uint8_t tc_stop;       /* the purger is emptying the thread caches: keep out */
+  uintptr_t tc_key;
+  _Atomic uintptr_t tc[CLASSES - TC_MIN]; /* thread caches of classes TC_MIN.. (atomic: the
+                                    purger may take them; relaxed, plain loads and stores) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
@@ -263,7 +288,8 @@ void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed); /* NUL
 bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
 uint64_t os_now_ms(void);
 uint64_t os_random(void);
-void  os_init(void);
+bool  os_membarrier_init(void);                   /* can os_membarrier be used */
+bool  os_membarrier(void);                        /* a full fence on every running thread of the process */
 
 /* segment.c */
 #define PURGE_DELAY_MAX_MS 1000
@@ -330,6 +356,14 @@ void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
+
+/* tcache.c */
+void tcache_process_init(void);
+void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
+void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
+bool tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
+bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
+void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */
 
 /* purge.c: the background thread that returns the memory of idle heaps */
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */

@@ -1,12 +1,15 @@
 /* os.c — every mmap, munmap, mremap and madvise hakmem makes goes through here,
- * so the calls can be counted (stats) and reasoned about in one place. */
+ * so the calls can be counted (stats) and reasoned about in one place; and
+ * the other system calls it needs (membarrier, the clock, random bits). */
 #include "internal.h"
 #include "stats.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -154,3 +157,13 @@ uint64_t os_random(void) {
   }
   return r;
 }
+
+/* Expedited private membarrier (Linux 4.14 on) needs registering once; the
+ * registration outlives fork. */
+bool os_membarrier_init(void) {
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+bool os_membarrier(void) { return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0; }

@@ -124,7 +124,7 @@ void page_free_local_slow(page_t *pg, block_t *b) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   uintptr_t cand = dec(pg, b->next);
   if (cand == 0 || cand - (uintptr_t)pg->start < page_area(pg)) {
-    if (page_contains_free(pg, (uintptr_t)b)) hm_fatal("double free", b, pg);
+    if (page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b)) hm_fatal("double free", b, pg);
   }
   b->next = enc(pg, pg->free);
   pg->free = (uintptr_t)b;

@@ -715,6 +715,14 @@ void segment_census(census_t *c) {
     }
   }
   pthread_mutex_unlock(&registry_lock);
+  uint64_t cached[CLASSES] = { 0 };        /* in thread caches: free, though used on their pages */
+  tcache_census(cached);
+  for (size_t k = TC_MIN; k < TC_MIN + TC_CLASSES; k++) {
+    uint64_t n = cached[k] < c->cls[k].used ? cached[k] : c->cls[k].used;
+    c->cls[k].used -= n;
+    c->in_use -= n * class_size(k);
+    c->thread_cached += n * class_size(k);
+  }
 }
 
 /* ---- abandonment --------------------------------------------------------- */

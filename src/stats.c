@@ -74,12 +74,12 @@ void stats_print(int fd) {
   int64_t mallocs = 0, frees = 0;
   for (unsigned k = 0; k < CLASSES + 2; k++) { mallocs += cget(&count[k].allocs); frees += cget(&count[k].frees); }
   hm_print(fd, "hakmem: statistics (pid %d)\n"
-           "  memory      %.1f MiB in blocks in use, %.1f MiB committed, %.1f MiB mapped (peak %.1f, cached %.1f); process RSS %.1f MiB\n"
+           "  memory      %.1f MiB in blocks in use, %.1f MiB in thread caches, %.1f MiB committed, %.1f MiB mapped (peak %.1f, cached %.1f); process RSS %.1f MiB\n"
            "  returned    %.1f MiB purged in total\n"
            "  segments    %lld now, %lld peak; pages %lld now, %lld peak; huge blocks %lld now, %lld peak, %lld cached\n"
            "  threads     %lld live, %lld peak; segments abandoned %lld, reclaimed %lld; %lld pages taken back from quiet threads\n"
            "  os calls    mmap %lld, munmap %lld, madvise %lld, mremap %lld, mprotect %lld\n",
-           (int)getpid(), mib(c.in_use), mib(c.committed), mib(c.mapped), mib((uint64_t)peak(STAT_MAPPED)),
+           (int)getpid(), mib(c.in_use), mib(c.thread_cached), mib(c.committed), mib(c.mapped), mib((uint64_t)peak(STAT_MAPPED)),
            mib(c.cached), mib(process_rss()), mib((uint64_t)get(STAT_PURGED)),
            (long long)get(STAT_SEGMENTS), (long long)peak(STAT_SEGMENTS),
            (long long)get(STAT_PAGES), (long long)peak(STAT_PAGES),
@@ -134,6 +134,7 @@ void hm_stats_get(hakmem_stats_t *st) {
   st->mapped = c.mapped;
   st->peak_mapped = (size_t)peak(STAT_MAPPED);
   st->cached = c.cached;
+  st->thread_cached = c.thread_cached;
   st->purged = (size_t)get(STAT_PURGED);
   st->segments = c.segments;
   st->huge_blocks = c.cls[CLASS_HUGE].used;

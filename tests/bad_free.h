@@ -68,6 +68,15 @@ static void c_realloc_large_freed(void) {
   p = hakmem_realloc(p, 2 << 20);
   (void)p;
 }
+/* 4-32 KiB blocks wait in the thread cache after free: a is second there */
+static void c_double_cached(void) {
+  void *a = hakmem_malloc(8192), *b = hakmem_malloc(8192);
+  hakmem_free(a);
+  hakmem_free(b);
+  target(a);
+  hakmem_free(a);
+}
+static void c_realloc_cached(void) { void *p = hakmem_malloc(8192); hakmem_free(p); target(p); p = hakmem_realloc(p, 9000); (void)p; }
 /* a write into a freed block's link, found when a double free makes the
  * owner walk its free list (the message shows the bad link, not a block) */
 static void c_corrupt_link(void) {
@@ -95,6 +104,8 @@ static const struct bad_case {
   {"free of an mmap'd page", "did not allocate", c_foreign, 1},
   {"realloc of a stack address", "realloc of a pointer hakmem did not allocate", c_realloc_stack, 1},
   {"realloc after free", "realloc of a freed block", c_realloc_freed, 1},
+  {"double free of a block deep in the thread cache (8 KiB)", "double free", c_double_cached, 1},
+  {"realloc after free (8 KiB, in the thread cache)", "realloc of a freed block", c_realloc_cached, 1},
   {"free_sized with a too large size", "sized free", c_sized_wrong, 1},
   {"double free: owner, then another thread (100 B)", "double free", c_small_owner_remote, 1},
   {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},

@@ -53,7 +53,8 @@ PY
 PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || true)
 if [ -n "$PY" ]; then
   "$PY" "$tmp/work.py" >"$tmp/ref.py" 2>/dev/null
-  for setting in HAKMEM_PURGE_DELAY_MS=0 HAKMEM_PURGE_DELAY_MS=60000 HAKMEM_SEGMENT_CACHE=0 HAKMEM_SEGMENT_CACHE=1024; do
+  for setting in HAKMEM_PURGE_DELAY_MS=0 HAKMEM_PURGE_DELAY_MS=60000 HAKMEM_SEGMENT_CACHE=0 HAKMEM_SEGMENT_CACHE=1024 \
+                 HAKMEM_THREAD_CACHE_KB=0 HAKMEM_THREAD_CACHE_KB=1048576; do
     grep -q "^${setting%%=*} " < <(printf '%s\n' "${opts[@]}") || continue
     env "$setting" LD_PRELOAD="$LIB" timeout 120 "$PY" "$tmp/work.py" >"$tmp/out" 2>"$tmp/err"
     rc=$?

@@ -5,8 +5,10 @@
  *    free everything and block; RSS must fall back without any malloc_trim
  *    while the main thread does only fast-path work.
  *  - races: threads alternate bursts (with remote frees) and quiet spells of
- *    fast-path malloc/free on one size while keeping verified long-lived
- *    blocks, so the purger trims heaps whose owners run fast paths.
+ *    fast-path malloc/free (of 48 B, and of 4-8 KiB blocks that go through
+ *    the thread cache) while keeping verified long-lived blocks, so the
+ *    purger trims heaps, and takes their thread caches, while their owners
+ *    run fast paths.
  *  - malloc_trim reaches the pages of a waiting thread that other threads
  *    freed (it collects and returns them at once).
  *  - segments emptied together by exiting threads are unmapped together:
@@ -111,6 +113,7 @@ static void *racer(void *arg) {
   int id = (int)(intptr_t)arg;
   uint64_t r = (uint64_t)id * 104729 + 7;
   unsigned char *keep[KEEP] = {0};
+  unsigned char *ring[8] = {0};               /* the quiet spell's cached-size blocks */
   void *burst[512];
   uint64_t round = 0;
   while (!atomic_load(&race_stop)) {
@@ -135,7 +138,7 @@ static void *racer(void *arg) {
     for (int k = (int)(round % 4); k < KEEP; k += 4) {       /* renew a quarter of the kept blocks */
       if (keep[k] && !verify(keep[k])) atomic_fetch_add(&race_errors, 1);
       hakmem_free(keep[k]);
-      size_t n = 24 + test_rand(&r) % 5000;
+      size_t n = 24 + test_rand(&r) % 8000;
       if (!(keep[k] = hakmem_malloc(n))) { atomic_fetch_add(&race_errors, 1); return NULL; }
       stamp(keep[k], n, ((uint64_t)id << 40) ^ ((uint64_t)k << 20) ^ round);
     }
@@ -147,6 +150,12 @@ static void *racer(void *arg) {
         p[0] = 1;
         p[47] = 2;
         hakmem_free(p);
+        unsigned char **slot = &ring[i % 8];   /* replace one block of the ring */
+        if (*slot && !verify(*slot)) atomic_fetch_add(&race_errors, 1);
+        hakmem_free(*slot);
+        size_t n = 4096 + test_rand(&r) % 4096;
+        if (!(*slot = hakmem_malloc(n))) { atomic_fetch_add(&race_errors, 1); return NULL; }
+        stamp(*slot, n, ((uint64_t)id << 40) ^ round ^ (uint64_t)i << 8);
       }
       for (int k = 0; k < KEEP; k += 8)
         if (keep[k] && !verify(keep[k])) atomic_fetch_add(&race_errors, 1);
@@ -156,6 +165,10 @@ static void *racer(void *arg) {
   for (int k = 0; k < KEEP; k++) {
     if (keep[k] && !verify(keep[k])) atomic_fetch_add(&race_errors, 1);
     hakmem_free(keep[k]);
+  }
+  for (int k = 0; k < 8; k++) {
+    if (ring[k] && !verify(ring[k])) atomic_fetch_add(&race_errors, 1);
+    hakmem_free(ring[k]);
   }
   return NULL;
 }

@@ -33,6 +33,17 @@ TEST(class_round_trip) {
 
 /* malloc's fast path takes the class of sizes up to TABLE_MAX from a table
  * the compiler filled in: it must agree with size_class. */
+/* The thread caches' classes: from TC_MIN_SIZE (exclusive) to TABLE_MAX,
+ * multiples of 1 KiB (the cache's word keeps its room in the low 10 bits). */
+TEST(thread_cache_classes) {
+  CHECK(class_size(TC_MIN - 1) == TC_MIN_SIZE);
+  CHECK(class_size(TC_MIN) == 4096);
+  CHECK(class_size(TC_MIN + TC_CLASSES - 1) == TABLE_MAX);
+  CHECK(TC_MIN + TC_CLASSES <= CLASSES);
+  for (size_t c = TC_MIN; c < TC_MIN + TC_CLASSES; c++)
+    CHECKF(class_size(c) % (TC_ROOM + 1) == 0, "class %zu: %zu bytes", c, class_size(c));
+}
+
 TEST(class_table_matches) {
   for (size_t n = 0; n <= TABLE_MAX; n++)
     if (hm_class_table[(n + 15) >> 4] != size_class(n)) {

@@ -58,6 +58,8 @@ pub mod ffi {
         pub requested: usize,
         /// frees of blocks another thread allocated (only with `HAKMEM_STATS=1`)
         pub remote_frees: usize,
+        /// bytes in freed blocks that threads keep for reuse (`HAKMEM_THREAD_CACHE_KB`)
+        pub thread_cached: usize,
     }
 
     extern "C" {

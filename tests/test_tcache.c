@@ -1,0 +1,166 @@
+/* The thread caches (src/tcache.c): a thread's freed 4-32 KiB blocks wait in
+ * its cache, last freed first, within HAKMEM_THREAD_CACHE_KB; they are free,
+ * not in use, in the statistics; and the thread's exit, malloc_trim and, for
+ * a thread that went quiet, the purger give them back to their pages.  (A
+ * second free of a cached block is among bad_free.h's cases.)
+ *
+ * The caches need membarrier(); where the kernel has none they are off, and
+ * this test checks that instead. */
+#include "test.h"
+#include "hakmem.h"
+
+#include <linux/membarrier.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+#define BOUND ((size_t)3072 << 10)          /* HAKMEM_THREAD_CACHE_KB's default */
+
+static const size_t sizes[] = { 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336,
+                                16384, 20480, 24576, 28672, 32768 };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+static bool caches_on(void) {
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+}
+static hakmem_stats_t stats(void) { hakmem_stats_t st; hakmem_stats_get(&st); return st; }
+
+/* Allocate and free n blocks of every cached size, touching each. */
+static void churn(int n) {
+  void *p[64];
+  for (size_t s = 0; s < NSIZES; s++) {
+    for (int i = 0; i < n; i++) { p[i] = hakmem_malloc(sizes[s]); memset(p[i], (int)i, sizes[s]); }
+    for (int i = 0; i < n; i++) hakmem_free(p[i]);
+  }
+}
+
+TEST(freed_blocks_wait_last_freed_first) {
+  hakmem_malloc_trim(0);
+  CHECK(stats().thread_cached == 0);
+  void *p[8];
+  for (int i = 0; i < 8; i++) { p[i] = hakmem_malloc(8000); memset(p[i], i, 8000); }
+  hakmem_stats_t a = stats();
+  for (int i = 0; i < 8; i++) hakmem_free(p[i]);
+  hakmem_stats_t b = stats();
+  if (!caches_on()) {
+    NOTE("no membarrier: the thread caches are off");
+    CHECK(b.thread_cached == 0);
+    return;
+  }
+  CHECKF(b.thread_cached == 8 * 8192, "%zu bytes cached after freeing 8 blocks of 8 KiB", b.thread_cached);
+  CHECKF(a.in_use - b.in_use == 8 * 8192, "in use fell by %zu, not by the 64 KiB freed", a.in_use - b.in_use);
+  void *q = hakmem_malloc(8100);
+  CHECK(q == p[7]);
+  CHECK(stats().thread_cached == 7 * 8192);
+  hakmem_free(q);
+  hakmem_malloc_trim(0);
+}
+
+TEST(cache_stays_within_its_bound) {
+  churn(64);
+  size_t c = stats().thread_cached;
+  NOTE("%zu KiB cached after freeing 64 blocks of each of the %zu sizes", c >> 10, NSIZES);
+  CHECKF(c <= BOUND, "%zu KiB cached, more than the %zu KiB bound", c >> 10, BOUND >> 10);
+  if (caches_on()) CHECKF(c >= BOUND / 2, "only %zu KiB cached", c >> 10);
+}
+
+TEST(malloc_trim_empties_the_cache) {
+  churn(20);
+  size_t committed = stats().committed;
+  CHECK(hakmem_malloc_trim(0) == 1);
+  hakmem_stats_t st = stats();
+  CHECK(st.thread_cached == 0);
+  CHECKF(st.committed < committed, "committed %zu -> %zu KiB", committed >> 10, st.committed >> 10);
+}
+
+static void *churn_and_exit(void *arg) { (void)arg; churn(20); return NULL; }
+
+TEST(thread_exit_empties_its_cache) {
+  hakmem_malloc_trim(0);
+  pthread_t t;
+  pthread_create(&t, NULL, churn_and_exit, NULL);
+  pthread_join(t, NULL);
+  CHECK(stats().thread_cached == 0);
+}
+
+/* A thread fills its caches and waits, calling nothing: the purger must take
+ * them.  Then it allocates again, from its (now empty) caches and pages. */
+static pthread_barrier_t bar;
+static void *fill_and_wait(void *arg) {
+  (void)arg;
+  churn(20);
+  pthread_barrier_wait(&bar);               /* filled */
+  pthread_barrier_wait(&bar);               /* main saw them emptied (or gave up) */
+  void *p[16];
+  int bad = 0;
+  for (size_t s = 0; s < NSIZES; s++) {
+    for (int i = 0; i < 16; i++) { p[i] = hakmem_malloc(sizes[s]); memset(p[i], i + 1, sizes[s]); }
+    for (int i = 0; i < 16; i++) {
+      unsigned char *b = p[i];
+      bad += b[0] != i + 1 || b[sizes[s] - 1] != i + 1;
+      hakmem_free(p[i]);
+    }
+  }
+  return (void *)(intptr_t)bad;
+}
+
+TEST(purger_empties_a_quiet_threads_cache) {
+  hakmem_malloc_trim(0);
+  pthread_barrier_init(&bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, fill_and_wait, NULL);
+  pthread_barrier_wait(&bar);
+  size_t full = stats().thread_cached;
+  uint64_t t0 = test_now_ms();
+  size_t now = full;
+  while ((now = stats().thread_cached) != 0 && test_now_ms() - t0 < 3000) test_sleep_ms(2);
+  uint64_t ms = test_now_ms() - t0;
+  pthread_barrier_wait(&bar);
+  void *bad;
+  pthread_join(t, &bad);
+  pthread_barrier_destroy(&bar);
+  NOTE("%zu KiB cached by the quiet thread, %zu KiB %llu ms later", full >> 10, now >> 10, (unsigned long long)ms);
+  if (caches_on()) CHECKF(full > 0, "nothing cached");
+  CHECKF(now == 0, "%zu KiB still cached %llu ms after the thread went quiet", now >> 10, (unsigned long long)ms);
+  CHECKF(bad == NULL, "%d blocks corrupted after the purger took the caches", (int)(intptr_t)bad);
+}
+
+/* malloc_trim in one thread takes the caches of another that pushes and pops
+ * them all the time: no block may be handed out twice. */
+static _Atomic int race_stop, race_bad;
+static void *cycle(void *arg) {
+  uint64_t r = (uint64_t)(intptr_t)arg * 7919 + 3;
+  unsigned char *ring[8] = { 0 };
+  size_t len[8] = { 0 };
+  unsigned char tag[8] = { 0 };
+  for (unsigned long i = 0; !atomic_load_explicit(&race_stop, memory_order_relaxed); i++) {
+    int k = (int)(i % 8);
+    if (ring[k]) {
+      if (ring[k][0] != tag[k] || ring[k][len[k] / 2] != tag[k] || ring[k][len[k] - 1] != tag[k]) atomic_fetch_add(&race_bad, 1);
+      hakmem_free(ring[k]);
+    }
+    len[k] = 4096 + test_rand(&r) % 8192;
+    tag[k] = (unsigned char)(i * 31 + 1);
+    if (!(ring[k] = hakmem_malloc(len[k]))) { atomic_fetch_add(&race_bad, 1); break; }
+    ring[k][0] = ring[k][len[k] / 2] = ring[k][len[k] - 1] = tag[k];
+  }
+  for (int k = 0; k < 8; k++) hakmem_free(ring[k]);
+  return NULL;
+}
+
+TEST(trim_races_cache_fast_paths) {
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, cycle, (void *)(intptr_t)i);
+  uint64_t t0 = test_now_ms();
+  int trims = 0;
+  while (test_now_ms() - t0 < 1500) { hakmem_malloc_trim(0); trims++; }
+  atomic_store(&race_stop, 1);
+  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  NOTE("%d malloc_trim calls against 2 threads cycling 4-12 KiB blocks", trims);
+  CHECKF(atomic_load(&race_bad) == 0, "%d blocks corrupted or not allocated", atomic_load(&race_bad));
+}
+
+TEST_MAIN()
