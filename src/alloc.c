@@ -213,7 +213,7 @@ void *hm_realloc(void *p, size_t n) {
     q = hm_malloc_fast(usable + usable / 2);
   if (!q && !(q = hm_malloc_fast(n))) return NULL;
   memcpy(q, p, n < usable ? n : usable);
-  hm_free_fast(p);
+  hm_free_block(p, false);   /* a buffer's old size: not worth a thread cache's room */
   return q;
 }
 

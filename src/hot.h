@@ -121,7 +121,8 @@ HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) {
   if (unlikely(used == 0)) heap_page_retire(h, pg);
 }
 
-HM_INLINE void hm_free_fast(void *p) {
+/* to_cache: a block of a class with a thread cache may go there. */
+HM_INLINE void hm_free_block(void *p, bool to_cache) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
     page_t *pg = page_of(segment_of(p), p);
     block_t *b = (block_t *)p;
@@ -135,7 +136,7 @@ HM_INLINE void hm_free_fast(void *p) {
       }
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
       if (likely(hm_freeable(pg, b, start, area, off))) {
-        if (!hm_tcache_push(h, pg, b, pg->cls)) hm_page_push(h, pg, b);
+        if (!to_cache || !hm_tcache_push(h, pg, b, pg->cls)) hm_page_push(h, pg, b);
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&
@@ -145,5 +146,7 @@ HM_INLINE void hm_free_fast(void *p) {
   }
   hm_free_slow(p);
 }
+
+HM_INLINE void hm_free_fast(void *p) { hm_free_block(p, true); }
 
 #endif
