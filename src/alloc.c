@@ -78,7 +78,10 @@ void hm_free_release(segment_t *s, page_t *pg, void *p) {
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
   if (owner == h) {
     heap_enter(h);
-    heap_free_local(h, pg, (block_t *)p);
+    /* (stats mode: what free's fast path would have cached) */
+    bool cached = hm_slow_mode && (unsigned)pg->cls - TC_MIN < TC_CLASSES && !block_looks_free(pg, p) &&
+                  tc_push(h, &h->tc[pg->cls - TC_MIN], pg, (block_t *)p);
+    if (!cached) heap_free_local(h, pg, (block_t *)p);
     heap_leave(h);
     return;
   }

@@ -42,14 +42,29 @@ HM_INLINE void tc_leave(heap_t *h) { atomic_store_explicit(&h->tc_busy, 0, memor
 HM_INLINE uintptr_t tc_get(_Atomic uintptr_t *t) { return atomic_load_explicit(t, memory_order_relaxed); }
 HM_INLINE void tc_set(_Atomic uintptr_t *t, uintptr_t w) { atomic_store_explicit(t, w, memory_order_relaxed); }
 
-/* A block of class c (TC_MIN <= c <= class of TABLE_MAX) from h's cache, or NULL. */
-HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
-  _Atomic uintptr_t *t = &h->tc[c - TC_MIN];
-  block_t *b = NULL;
-  if (tc_enter(h) && (b = (block_t *)(tc_get(t) & ~TC_ROOM)) != NULL) {
+/* Pop and push on cache t of h: between tc_enter and tc_leave, or under the
+ * heap lock (stats mode, where the fast paths stay out). */
+HM_INLINE block_t *tc_pop(heap_t *h, _Atomic uintptr_t *t) {
+  block_t *b = (block_t *)(tc_get(t) & ~TC_ROOM);
+  if (b) {
     tc_set(t, b[1].next ^ h->tc_key);
     b[0].next = b[1].next = 0;
   }
+  return b;
+}
+/* b: a block of pg, owned by h and not looking free; false if t is full. */
+HM_INLINE bool tc_push(heap_t *h, _Atomic uintptr_t *t, page_t *pg, block_t *b) {
+  uintptr_t w = tc_get(t);
+  if (!(w & TC_ROOM)) return false;
+  b[0].next = enc(pg, 0);              /* looks free: a second free is caught */
+  b[1].next = w ^ h->tc_key;
+  tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
+  return true;
+}
+
+/* A block of class c (TC_MIN <= c <= class of TABLE_MAX) from h's cache, or NULL. */
+HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
+  block_t *b = tc_enter(h) ? tc_pop(h, &h->tc[c - TC_MIN]) : NULL;
   tc_leave(h);
   return b;
 }
@@ -57,15 +72,7 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
 /* Cache b, a block of class c on pg, owned by h and not looking free, if
  * there is room. */
 HM_INLINE bool hm_tcache_push(heap_t *h, page_t *pg, block_t *b, size_t c) {
-  _Atomic uintptr_t *t = &h->tc[c - TC_MIN];
-  uintptr_t w;
-  bool done = false;
-  if (tc_enter(h) && ((w = tc_get(t)) & TC_ROOM)) {
-    b[0].next = enc(pg, 0);              /* looks free: a second free is caught */
-    b[1].next = w ^ h->tc_key;
-    tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
-    done = true;
-  }
+  bool done = tc_enter(h) && tc_push(h, &h->tc[c - TC_MIN], pg, b);
   tc_leave(h);
   return done;
 }

@@ -89,11 +89,13 @@ void stats_print(int fd) {
            (long long)get(STAT_OS_MMAP), (long long)get(STAT_OS_MUNMAP),
            (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP), (long long)get(STAT_OS_MPROTECT));
   if (hm_slow_mode) {
-    int64_t hits = get(STAT_HITS), refills = get(STAT_REFILLS);
-    hm_print(fd, "  calls       %lld mallocs, %lld frees; %.1f %% of class mallocs served by the current page\n"
+    int64_t hits = get(STAT_HITS), refills = get(STAT_REFILLS), tc_hits = get(STAT_TC_HITS), tc_all = tc_hits + get(STAT_TC_MISSES);
+    hm_print(fd, "  calls       %lld mallocs, %lld frees; %.1f %% of 4-32 KiB mallocs served by the thread cache, "
+             "and %.1f %% of the other class mallocs by the current page\n"
              "  remote      %lld frees of other threads' blocks, %lld taken back by their owners\n"
              "  requested   %.1f MiB in total\n",
-             (long long)mallocs, (long long)frees, hits + refills ? 100.0 * (double)hits / (double)(hits + refills) : 100.0,
+             (long long)mallocs, (long long)frees, tc_all ? 100.0 * (double)tc_hits / (double)tc_all : 0.0,
+             hits + refills ? 100.0 * (double)hits / (double)(hits + refills) : 100.0,
              (long long)get(STAT_REMOTE_SENT), (long long)get(STAT_REMOTE_RECEIVED),
              mib((uint64_t)get(STAT_REQUESTED)));
   }
@@ -135,6 +137,8 @@ void hm_stats_get(hakmem_stats_t *st) {
   st->peak_mapped = (size_t)peak(STAT_MAPPED);
   st->cached = c.cached;
   st->thread_cached = c.thread_cached;
+  st->thread_cache_hits = (size_t)get(STAT_TC_HITS);
+  st->thread_cache_misses = (size_t)get(STAT_TC_MISSES);
   st->purged = (size_t)get(STAT_PURGED);
   st->segments = c.segments;
   st->huge_blocks = c.cls[CLASS_HUGE].used;

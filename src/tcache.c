@@ -39,13 +39,16 @@ void tcache_process_init(void) {
   size_t all = 0;
   for (size_t c = TC_MIN; c < TC_MIN + TC_CLASSES; c++) all += class_size(c);
   size_t k = (size_t)hm_options.thread_cache_kb * 1024 / all;
-  cap = hm_slow_mode || k == 0 || !os_membarrier_init() ? 0 : k < TC_ROOM ? (uint32_t)k : (uint32_t)TC_ROOM;
+  cap = hm_secure || k == 0 || !os_membarrier_init() ? 0 : k < TC_ROOM ? (uint32_t)k : (uint32_t)TC_ROOM;
   hm_tcache_on = cap > 0;
 }
 
+/* In stats mode tc_stop stays set: the fast paths keep out, and the slow
+ * paths, which count every call, push and pop under the heap lock. */
 void tcache_init(heap_t *h) {
   h->tc_key = os_random();
   for (size_t i = 0; i < TC_CLASSES; i++) tc_set(&h->tc[i], cap);   /* (the others stay 0) */
+  atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
 
 /* Empty cache i, handing each block to release(). */
@@ -81,9 +84,10 @@ bool tcache_take(heap_t *h) {
   bool quiet = os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire);
   if (quiet)   /* as another thread's frees */
     for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, page_free_remote);
-  atomic_store_explicit(&h->tc_stop, 0, memory_order_release);
+  atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
   return quiet;
 }
+
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
   if (c - TC_MIN >= TC_CLASSES) return false;

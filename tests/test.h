@@ -30,11 +30,13 @@
  * Exit status: 0 iff every case passed. */
 #ifndef HAKMEM_TEST_H
 #define HAKMEM_TEST_H
+#include <linux/membarrier.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,6 +131,12 @@ static inline uint64_t test_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 static inline uint64_t test_rand(uint64_t *r) { *r ^= *r << 13; *r ^= *r >> 7; *r ^= *r << 17; return *r; }
+/* Does the kernel have what hakmem's thread caches need (membarrier's
+ * private expedited command)?  Without it they are off. */
+static inline int test_thread_caches_possible(void) {
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+}
 
 /* TEST_ENV("HAKMEM_X=1"): hakmem reads its options once, at start-up, so a
  * program that needs a setting re-executes itself with it (before anything

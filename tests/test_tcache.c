@@ -9,12 +9,9 @@
 #include "test.h"
 #include "hakmem.h"
 
-#include <linux/membarrier.h>
-#include <stdatomic.h>
-#include <stdbool.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
-#include <sys/syscall.h>
 
 #define BOUND ((size_t)3072 << 10)          /* HAKMEM_THREAD_CACHE_KB's default */
 
@@ -22,10 +19,6 @@ static const size_t sizes[] = { 4096, 5120, 6144, 7168, 8192, 10240, 12288, 1433
                                 16384, 20480, 24576, 28672, 32768 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
-static bool caches_on(void) {
-  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  return cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
-}
 static hakmem_stats_t stats(void) { hakmem_stats_t st; hakmem_stats_get(&st); return st; }
 
 /* Allocate and free n blocks of every cached size, touching each. */
@@ -45,7 +38,7 @@ TEST(freed_blocks_wait_last_freed_first) {
   hakmem_stats_t a = stats();
   for (int i = 0; i < 8; i++) hakmem_free(p[i]);
   hakmem_stats_t b = stats();
-  if (!caches_on()) {
+  if (!test_thread_caches_possible()) {
     NOTE("no membarrier: the thread caches are off");
     CHECK(b.thread_cached == 0);
     return;
@@ -64,7 +57,7 @@ TEST(cache_stays_within_its_bound) {
   size_t c = stats().thread_cached;
   NOTE("%zu KiB cached after freeing 64 blocks of each of the %zu sizes", c >> 10, NSIZES);
   CHECKF(c <= BOUND, "%zu KiB cached, more than the %zu KiB bound", c >> 10, BOUND >> 10);
-  if (caches_on()) CHECKF(c >= BOUND / 2, "only %zu KiB cached", c >> 10);
+  if (test_thread_caches_possible()) CHECKF(c >= BOUND / 2, "only %zu KiB cached", c >> 10);
 }
 
 TEST(malloc_trim_empties_the_cache) {
@@ -123,7 +116,7 @@ TEST(purger_empties_a_quiet_threads_cache) {
   pthread_join(t, &bad);
   pthread_barrier_destroy(&bar);
   NOTE("%zu KiB cached by the quiet thread, %zu KiB %llu ms later", full >> 10, now >> 10, (unsigned long long)ms);
-  if (caches_on()) CHECKF(full > 0, "nothing cached");
+  if (test_thread_caches_possible()) CHECKF(full > 0, "nothing cached");
   CHECKF(now == 0, "%zu KiB still cached %llu ms after the thread went quiet", now >> 10, (unsigned long long)ms);
   CHECKF(bad == NULL, "%d blocks corrupted after the purger took the caches", (int)(intptr_t)bad);
 }
