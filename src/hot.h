@@ -7,13 +7,15 @@
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
  *                          map), page = segment->slice_page[slice of p]; if p
  *                          is a block start that does not look already freed,
- *                          and this thread owns the page: push it on the
- *                          thread cache of its class if that has room (4 KiB
- *                          up), else on page->free; if another thread owns the
+ *                          and page->local says this thread owns the page:
+ *                          push it on page->free, or, for 4-32 KiB classes
+ *                          (local = owner + 1), on the thread cache of its
+ *                          class if that has room; if another thread owns the
  *                          page, push it on the page's thread_free with one CAS.
- * No locks, no atomic read-modify-writes but that CAS, no per-block header.  Anything unusual (first use by a
- * thread, empty page, bigger sizes, another thread's block, a page parked as
- * full, a suspicious pointer) goes to the slow paths in heap.c and alloc.c. */
+ * No locks, no atomic read-modify-write but that CAS, no per-block header.
+ * Anything unusual (first use by a thread, empty page, bigger sizes, another
+ * thread's block, a page parked as full, a suspicious pointer) goes to the
+ * slow paths in heap.c and alloc.c. */
 #ifndef HAKMEM_HOT_H
 #define HAKMEM_HOT_H
 #include "internal.h"

@@ -84,7 +84,7 @@ static inline size_t class_size(size_t c) {
 #define TC_CLASSES  13                           /* up to 32 KiB (TABLE_MAX); the bigger
                                                     classes' caches have no room */
 #define TC_ROOM     ((uintptr_t)1023)
-extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0 and membarrier works */
+extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
 typedef struct block_s { uintptr_t next; } block_t;   /* next is encoded */
@@ -361,7 +361,7 @@ void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 void tcache_process_init(void);
 void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
 void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
-bool tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
+void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
 void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */
 

@@ -78,16 +78,14 @@ static bool caches_empty(heap_t *h) {
   return true;
 }
 
-bool tcache_take(heap_t *h) {
-  if (caches_empty(h)) return true;
+void tcache_take(heap_t *h) {
+  if (caches_empty(h)) return;
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);
-  bool quiet = os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire);
-  if (quiet)   /* as another thread's frees */
-    for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, page_free_remote);
+  /* the owner busy: not quiet after all, its caches stay */
+  if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire))
+    for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, page_free_remote);   /* as another thread's frees */
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
-  return quiet;
 }
-
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
   if (c - TC_MIN >= TC_CLASSES) return false;
