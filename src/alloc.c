@@ -54,7 +54,7 @@ static bool already_freed(page_t *pg, const void *p) {
   return cached;
 }
 
-HM_COLD void hm_free_slow(void *p) {
+HM_COLD void hm_free_slow(void *p, bool to_cache) {
   if (!p) return;
   segment_t *s;
   page_t *pg = lookup(p, &s, "free");
@@ -67,19 +67,19 @@ HM_COLD void hm_free_slow(void *p) {
     s = segment_of(p);
     pg = page_of(s, p);
   }
-  hm_free_release(s, pg, p);
+  hm_free_release(s, pg, p, to_cache);
 }
 
 /* Release block p of page pg: to the owner's free list if that is this
  * thread, else to the page's remote list (adopting the segment if its owner
  * exited). */
-void hm_free_release(segment_t *s, page_t *pg, void *p) {
+void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
   heap_t *h = hm_tls_heap;
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
   if (owner == h) {
     heap_enter(h);
     /* (stats mode: what free's fast path would have cached) */
-    bool cached = hm_slow_mode && (unsigned)pg->cls - TC_MIN < TC_CLASSES && !block_looks_free(pg, p) &&
+    bool cached = hm_slow_mode && to_cache && (unsigned)pg->cls - TC_MIN < TC_CLASSES && !block_looks_free(pg, p) &&
                   tc_push(h, &h->tc[pg->cls - TC_MIN], pg, (block_t *)p);
     if (!cached) heap_free_local(h, pg, (block_t *)p);
     heap_leave(h);

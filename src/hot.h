@@ -153,7 +153,7 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
       return;
     }
   }
-  hm_free_slow(p);
+  hm_free_slow(p, to_cache);
 }
 
 HM_INLINE void hm_free_fast(void *p) { hm_free_block(p, true); }

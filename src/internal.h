@@ -394,8 +394,9 @@ void  secure_guard_set(void *p, size_t size);
 void  secure_page_guard(segment_t *s, size_t first, size_t n);
 
 /* alloc.c: the API behind both the hakmem_* and the standard names */
-void hm_free_slow(void *p);
-void hm_free_release(segment_t *s, page_t *pg, void *p);   /* free a checked block */
+/* to_cache: a 4-32 KiB block may wait in the thread cache (not realloc's old block) */
+void hm_free_slow(void *p, bool to_cache);
+void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache);   /* free a checked block */
 void  *hm_malloc(size_t n);
 void   hm_free(void *p);
 void  *hm_calloc(size_t n, size_t size);

@@ -165,7 +165,7 @@ void secure_flush(heap_t *h) {
     page_t *pg = page_of(segment_of(p), p);
     q->bytes -= pg->block_size;
     check_fill(pg, p, 0);
-    hm_free_release(segment_of(p), pg, p);
+    hm_free_release(segment_of(p), pg, p, false);
   }
 }
 
