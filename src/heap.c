@@ -236,7 +236,7 @@ static page_t *find_page(heap_t *h, size_t c) {
 
 static void *heap_malloc_class(heap_t *h, size_t c) {
   if (unlikely(hm_slow_mode)) {
-    if (c - TC_MIN < TC_CLASSES && hm_tcache_on) {   /* (the fast path, which would pop, keeps out) */
+    if (class_cached(c) && hm_tcache_on) {   /* (the fast path, which would pop, keeps out) */
       void *b = tc_pop(h, &h->tc[c - TC_MIN]);
       stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
       if (b) return b;

@@ -84,6 +84,7 @@ static inline size_t class_size(size_t c) {
 #define TC_CLASSES  13                           /* up to 32 KiB (TABLE_MAX); the bigger
                                                     classes' caches have no room */
 #define TC_ROOM     ((uintptr_t)1023)
+static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
@@ -149,7 +150,7 @@ _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 /* A page's owner and flags are set together with local. */
 static inline void page_set_local(page_t *pg) {
   uintptr_t h = (uintptr_t)atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  bool cached = hm_tcache_on && (unsigned)pg->cls - TC_MIN < TC_CLASSES;
+  bool cached = hm_tcache_on && class_cached(pg->cls);
   atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : h + cached, memory_order_relaxed);
 }
 static inline void page_set_owner(page_t *pg, struct heap_s *h) {

@@ -88,7 +88,7 @@ void tcache_take(heap_t *h) {
 }
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
-  if (c - TC_MIN >= TC_CLASSES) return false;
+  if (!class_cached(c)) return false;
   uint32_t limit = cap;
   for (uintptr_t b = tc_get(&h->tc[c - TC_MIN]) & ~TC_ROOM; b && limit--; b = (((block_t *)b)[1].next ^ h->tc_key) & ~TC_ROOM)
     if (b == p) return true;
