@@ -71,10 +71,10 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
   return b;
 }
 
-/* Cache b, a block of class c on pg, owned by h and not looking free, if
- * there is room. */
-HM_INLINE bool hm_tcache_push(heap_t *h, page_t *pg, block_t *b, size_t c) {
-  bool done = tc_enter(h) && tc_push(h, &h->tc[c - TC_MIN], pg, b);
+/* Cache b, a block of pg (a class with a cache), owned by h and not looking
+ * free, if there is room. */
+HM_INLINE bool hm_tcache_push(heap_t *h, page_t *pg, block_t *b) {
+  bool done = tc_enter(h) && tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b);
   tc_leave(h);
   return done;
 }
@@ -145,7 +145,7 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
       }
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
       if (likely(hm_freeable(pg, b, start, area, off))) {
-        if (!to_cache || !hm_tcache_push(h, pg, b, pg->cls)) hm_page_push(h, pg, b);
+        if (!to_cache || !hm_tcache_push(h, pg, b)) hm_page_push(h, pg, b);
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&

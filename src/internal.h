@@ -81,8 +81,7 @@ static inline size_t class_size(size_t c) {
  * it was before the block came, encoded with the heap's tc_key. */
 #define TC_MIN      27                           /* 4 KiB */
 #define TC_MIN_SIZE ((size_t)3584)               /* class_size(TC_MIN - 1): sizes above it have one */
-#define TC_CLASSES  13                           /* up to 32 KiB (TABLE_MAX); the bigger
-                                                    classes' caches have no room */
+#define TC_CLASSES  13                           /* up to 32 KiB (TABLE_MAX) */
 #define TC_ROOM     ((uintptr_t)1023)
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
@@ -122,7 +121,7 @@ typedef struct page_s {
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0, and
                                     + 1 if the class has a thread cache: the one test free's
-                                    fast path makes (page_local; any thread reads it, hence
+                                    fast path makes (page_set_local; any thread reads it, hence
                                     atomic, relaxed: a plain load) */
   size_t block_size;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
@@ -241,7 +240,6 @@ static inline segment_t *segment_checked(const void *p) {
 /* ---- heaps --------------------------------------------------------------- */
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
-
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
@@ -250,7 +248,7 @@ typedef struct heap_s {
   _Atomic uint8_t tc_busy;       /* the owner is in a thread cache push or pop */
   _Atomic uint8_t tc_stop;       /* the purger is emptying the thread caches: keep out */
   uintptr_t tc_key;
-  _Atomic uintptr_t tc[CLASSES - TC_MIN]; /* thread caches of classes TC_MIN.. (atomic: the
+  _Atomic uintptr_t tc[TC_CLASSES]; /* thread caches of classes TC_MIN.. (atomic: the
                                     purger may take them; relaxed, plain loads and stores) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
@@ -347,8 +345,8 @@ void    heap_leave(heap_t *h);
 bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
 void    heap_unlock(heap_t *h);
 void    heap_page_retire_locked(heap_t *h, page_t *pg);
-void    heap_collect_all(heap_t *h);
-void    heap_wake_idle(heap_t *h);                 /* a remote free reached a heap the purger trimmed */               /* (owner, locked) collect everything, free empty pages */
+void    heap_collect_all(heap_t *h);                /* (owner, locked) collect everything, free empty pages */
+void    heap_wake_idle(heap_t *h);                 /* a remote free reached a heap the purger trimmed */
 bool    heap_trim_idle(heap_t *h);                 /* (purger, locked) take back unreachable pages */
 heap_t *heap_first(void);                          /* the registry of heaps, for the purger */
 void   *heap_malloc_slow(heap_t *h, size_t n, size_t c);   /* c: n's class, or CLASS_LARGE above them */

@@ -47,7 +47,7 @@ void tcache_process_init(void) {
  * paths, which count every call, push and pop under the heap lock. */
 void tcache_init(heap_t *h) {
   h->tc_key = os_random();
-  for (size_t i = 0; i < TC_CLASSES; i++) tc_set(&h->tc[i], cap);   /* (the others stay 0) */
+  for (size_t i = 0; i < TC_CLASSES; i++) tc_set(&h->tc[i], cap);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
 
