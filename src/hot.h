@@ -71,14 +71,6 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
   return b;
 }
 
-/* Cache b, a block of pg (a class with a cache), owned by h and not looking
- * free, if there is room. */
-HM_INLINE bool hm_tcache_push(heap_t *h, page_t *pg, block_t *b) {
-  bool done = tc_enter(h) && tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b);
-  tc_leave(h);
-  return done;
-}
-
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   size_t c;
@@ -130,6 +122,21 @@ HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) {
   if (unlikely(used == 0)) heap_page_retire(h, pg);
 }
 
+/* Cache b, a block of pg (a class with a cache), owned by h and not looking
+ * free; a full cache is tcache_full's (a tail call: free's fast path then
+ * saves no registers). */
+HM_INLINE void hm_tcache_push(heap_t *h, page_t *pg, block_t *b) {
+  if (likely(tc_enter(h))) {
+    bool done = tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b);
+    tc_leave(h);
+    if (likely(done)) return;
+    tcache_full(h, pg, b);
+    return;
+  }
+  tc_leave(h);
+  hm_page_push(h, pg, b);
+}
+
 /* to_cache: a block of a class with a thread cache may go there. */
 HM_INLINE void hm_free_block(void *p, bool to_cache) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
@@ -145,7 +152,8 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
       }
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
       if (likely(hm_freeable(pg, b, start, area, off))) {
-        if (!to_cache || !hm_tcache_push(h, pg, b)) hm_page_push(h, pg, b);
+        if (to_cache) hm_tcache_push(h, pg, b);
+        else hm_page_push(h, pg, b);
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&

@@ -259,6 +259,9 @@ typedef struct heap_s {
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
   struct heap_s *next_free;      /* recycled heap structs */
   bool live;                     /* a thread owns the heap (false once it exited) */
+  _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
+                                    when emptied (tcache.c); the census reads it */
+  uint32_t tc_kb;                /* caps times block sizes, KiB: within HAKMEM_THREAD_CACHE_KB */
   /* kept when a struct is recycled: */
   _Atomic uint32_t lock;         /* slow paths of the owner vs. the purger */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
@@ -361,6 +364,8 @@ void tcache_process_init(void);
 void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
 void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
+bool tcache_grow(heap_t *h, page_t *pg, block_t *b);       /* (owner, busy or locked) a full cache takes more, and b */
+void tcache_full(heap_t *h, page_t *pg, block_t *b);       /* (owner) free's fast path found the cache full */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
 void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */
 

@@ -27,7 +27,7 @@ static const struct option_def {
   { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20,
     "MiB of freed blocks above 2 MiB kept mapped for reuse (purged after the delay)" },
   { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 3072, 0, 1 << 20,
-    "KiB of freed 4-32 KiB blocks each thread may keep for its next mallocs (the same number per size class); 0: none" },
+    "KiB of freed 4-32 KiB blocks each thread may keep for its next mallocs (8 to 64 per size class, growing as needed); 0: none" },
   { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1,
     "1: once the process has several threads, a background thread returns the free memory of threads that went quiet" },
   { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2,

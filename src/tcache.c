@@ -13,6 +13,13 @@
  * page's encoded end of list, so it looks free and a second free of it goes to
  * the slow path, which finds it here (tcache_contains).
  *
+ * Size.  Each cache starts at TC_START blocks.  When free finds one full it
+ * doubles (tcache_grow), up to TC_MAX blocks, while the sum over the heap's
+ * caches of blocks times block size stays within HAKMEM_THREAD_CACHE_KB: a
+ * thread that frees batches of one class gets room for the batch, one that
+ * frees a few blocks of each keeps little, and no class takes the whole
+ * budget.  Emptying a cache (below) takes it back to TC_START.
+ *
  * Emptying.  The owner empties its caches when its thread exits and in
  * malloc_trim (tcache_flush).  A thread that stops calling the allocator
  * would pin the pages of its cached blocks for good, so the purger takes its
@@ -31,29 +38,72 @@
 #include "hot.h"
 #include "options.h"
 
-static uint32_t cap;                         /* blocks per class; 0: off */
+#define TC_START 8
+#define TC_MAX   64
+static uint32_t cap;                         /* blocks per cache at first; 0: off */
+static uint32_t all_kb;                      /* one block of each class, in KiB */
 bool hm_tcache_on;
 
-/* The same number of blocks for every class, as many as the budget allows. */
+static uint32_t class_kb(size_t i) { return (uint32_t)(class_size(TC_MIN + i) >> 10); }
+
 void tcache_process_init(void) {
-  size_t all = 0;
-  for (size_t c = TC_MIN; c < TC_MIN + TC_CLASSES; c++) all += class_size(c);
-  size_t k = (size_t)hm_options.thread_cache_kb * 1024 / all;
-  cap = hm_secure || k == 0 || !os_membarrier_init() ? 0 : k < TC_ROOM ? (uint32_t)k : (uint32_t)TC_ROOM;
+  all_kb = 0;
+  for (size_t i = 0; i < TC_CLASSES; i++) all_kb += class_kb(i);
+  size_t k = (size_t)hm_options.thread_cache_kb / all_kb;
+  if (k > TC_START) k = TC_START;
+  cap = hm_secure || k == 0 || !os_membarrier_init() ? 0 : (uint32_t)k;
   hm_tcache_on = cap > 0;
+}
+
+static uint32_t cap_of(heap_t *h, size_t i) { return atomic_load_explicit(&h->tc_cap[i], memory_order_relaxed); }
+static void set_cap(heap_t *h, size_t i, uint32_t n) {
+  h->tc_kb = h->tc_kb - cap_of(h, i) * class_kb(i) + n * class_kb(i);
+  atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
+}
+
+/* b's cache is full: double it if the budget allows, and push b. */
+bool tcache_grow(heap_t *h, page_t *pg, block_t *b) {
+  size_t i = (size_t)pg->cls - TC_MIN;
+  _Atomic uintptr_t *t = &h->tc[i];
+  uint32_t c = cap_of(h, i), add = c < TC_MAX - c ? c : TC_MAX - c;
+  uint32_t left = (uint32_t)hm_options.thread_cache_kb - h->tc_kb;
+  if (add * class_kb(i) > left) add = left / class_kb(i);
+  if (add == 0) return false;
+  set_cap(h, i, c + add);
+  /* Each cached block holds the cache's word as it was before the block came,
+   * room included, for pop to restore: those get the added room too. */
+  for (block_t *x = (block_t *)(tc_get(t) & ~TC_ROOM); x;) {
+    uintptr_t below = (x[1].next ^ h->tc_key) + add;
+    x[1].next = below ^ h->tc_key;
+    x = (block_t *)(below & ~TC_ROOM);
+  }
+  tc_set(t, tc_get(t) + add);
+  return tc_push(h, t, pg, b);
+}
+
+void tcache_full(heap_t *h, page_t *pg, block_t *b) {
+  bool done = tc_enter(h) && tcache_grow(h, pg, b);
+  tc_leave(h);
+  if (!done) hm_page_push(h, pg, b);
 }
 
 /* In stats mode tc_stop stays set: the fast paths keep out, and the slow
  * paths, which count every call, push and pop under the heap lock. */
 void tcache_init(heap_t *h) {
   h->tc_key = os_random();
-  for (size_t i = 0; i < TC_CLASSES; i++) tc_set(&h->tc[i], cap);
+  h->tc_kb = 0;
+  for (size_t i = 0; i < TC_CLASSES; i++) {
+    atomic_store_explicit(&h->tc_cap[i], 0, memory_order_relaxed);
+    set_cap(h, i, cap);
+    tc_set(&h->tc[i], cap);
+  }
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
 
-/* Empty cache i, handing each block to release(). */
+/* Empty cache i, handing each block to release(), and shrink it back. */
 static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
   uintptr_t w = tc_get(&h->tc[i]);
+  set_cap(h, i, cap);
   tc_set(&h->tc[i], cap);
   for (block_t *b; (b = (block_t *)(w & ~TC_ROOM)) != NULL;) {
     w = b[1].next ^ h->tc_key;
@@ -89,7 +139,7 @@ void tcache_take(heap_t *h) {
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
   if (!class_cached(c)) return false;
-  uint32_t limit = cap;
+  uint32_t limit = cap_of(h, c - TC_MIN);
   for (uintptr_t b = tc_get(&h->tc[c - TC_MIN]) & ~TC_ROOM; b && limit--; b = (((block_t *)b)[1].next ^ h->tc_key) & ~TC_ROOM)
     if (b == p) return true;
   return false;
@@ -97,5 +147,8 @@ bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
 
 void tcache_census(uint64_t *blocks) {
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire))
-    for (size_t i = 0; i < TC_CLASSES; i++) blocks[TC_MIN + i] += cap - (tc_get(&h->tc[i]) & TC_ROOM);
+    for (size_t i = 0; i < TC_CLASSES; i++) {
+      uint32_t c = cap_of(h, i), room = (uint32_t)(tc_get(&h->tc[i]) & TC_ROOM);
+      blocks[TC_MIN + i] += c > room ? c - room : 0;   /* (read apart: may be torn) */
+    }
 }
