@@ -72,6 +72,7 @@ fixed-4k       default  $B/fixed_size 20000000 4096 25
 realloc        default  $B/realloc_growth 4000000 16 1048576 256
 realloc-64     full     $B/realloc_growth 2000000 64 524288 512
 realloc-2m     full     $B/realloc_growth 2000000 16 2000000 1024
+realloc-256k   full     $B/realloc_growth 2000000 64 262144 256
 remote0-t2     default  $B/mt_remote 2 5000000 400 16 2048 0
 remote50-t2    default  $B/mt_remote 2 3000000 400 16 2048 50
 remote90-t2    default  $B/mt_remote 2 3000000 400 16 2048 90
