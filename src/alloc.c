@@ -213,8 +213,8 @@ void *hm_realloc(void *p, size_t n) {
   /* A block above 32 KiB (the classes with thread caches) that must move to
    * grow by less than half gets 50 % headroom: a buffer grown in small steps
    * is copied O(log n) times, not at every size class (four per doubling),
-   * and its untouched headroom costs no memory.  (realloc-256k: 1.3x faster,
-   * peak RSS 36.1 -> 32.0 MiB; docs/performance.md.) */
+   * and realloc does not touch the headroom.  (realloc-256k: 1.35x faster,
+   * peak RSS 35.2 -> 31.2 MiB; docs/performance.md.) */
   void *q = NULL;
   if (n > usable && n > TABLE_MAX && n - usable < usable / 2 && usable / 2 <= ALLOC_MAX - usable)
     q = hm_malloc_fast(usable + usable / 2);
