@@ -80,8 +80,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
     heap_enter(h);
     /* (stats mode: what free's fast path would have cached) */
     bool cached = hm_slow_mode && to_cache && class_cached(pg->cls) && !block_looks_free(pg, p) &&
-                  (tc_push(h, &h->tc[pg->cls - TC_MIN], pg, (block_t *)p) ||
-                   tcache_grow(h, pg, (block_t *)p));
+                  tcache_put(h, pg, (block_t *)p);
     if (!cached) heap_free_local(h, pg, (block_t *)p);
     heap_leave(h);
     return;

@@ -364,7 +364,7 @@ void tcache_process_init(void);
 void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
 void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
-bool tcache_grow(heap_t *h, page_t *pg, block_t *b);       /* (owner, busy or locked) a full cache takes more, and b */
+bool tcache_put(heap_t *h, page_t *pg, block_t *b);        /* (owner, busy or locked) push b, growing a full cache */
 void tcache_full(heap_t *h, page_t *pg, block_t *b);       /* (owner) free's fast path found the cache full */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
 void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */

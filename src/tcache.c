@@ -14,7 +14,7 @@
  * the slow path, which finds it here (tcache_contains).
  *
  * Size.  Each cache starts at TC_START blocks.  When free finds one full it
- * doubles (tcache_grow), up to TC_MAX blocks, while the sum over the heap's
+ * doubles (tcache_put), up to TC_MAX blocks, while the sum over the heap's
  * caches of blocks times block size stays within HAKMEM_THREAD_CACHE_KB: a
  * thread that frees batches of one class gets room for the batch, one that
  * frees a few blocks of each keeps little, and no class takes the whole
@@ -41,13 +41,12 @@
 #define TC_START 8
 #define TC_MAX   64
 static uint32_t cap;                         /* blocks per cache at first; 0: off */
-static uint32_t all_kb;                      /* one block of each class, in KiB */
 bool hm_tcache_on;
 
 static uint32_t class_kb(size_t i) { return (uint32_t)(class_size(TC_MIN + i) >> 10); }
 
 void tcache_process_init(void) {
-  all_kb = 0;
+  uint32_t all_kb = 0;                       /* one block of each class */
   for (size_t i = 0; i < TC_CLASSES; i++) all_kb += class_kb(i);
   size_t k = (size_t)hm_options.thread_cache_kb / all_kb;
   if (k > TC_START) k = TC_START;
@@ -61,10 +60,11 @@ static void set_cap(heap_t *h, size_t i, uint32_t n) {
   atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
 }
 
-/* b's cache is full: double it if the budget allows, and push b. */
-bool tcache_grow(heap_t *h, page_t *pg, block_t *b) {
+/* Push b; if its cache is full, double the cache first if the budget allows. */
+bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
   size_t i = (size_t)pg->cls - TC_MIN;
   _Atomic uintptr_t *t = &h->tc[i];
+  if (tc_push(h, t, pg, b)) return true;
   uint32_t c = cap_of(h, i), add = c < TC_MAX - c ? c : TC_MAX - c;
   uint32_t left = (uint32_t)hm_options.thread_cache_kb - h->tc_kb;
   if (add * class_kb(i) > left) add = left / class_kb(i);
@@ -82,29 +82,30 @@ bool tcache_grow(heap_t *h, page_t *pg, block_t *b) {
 }
 
 void tcache_full(heap_t *h, page_t *pg, block_t *b) {
-  bool done = tc_enter(h) && tcache_grow(h, pg, b);
+  bool done = tc_enter(h) && tcache_put(h, pg, b);
   tc_leave(h);
   if (!done) hm_page_push(h, pg, b);
 }
 
-/* In stats mode tc_stop stays set: the fast paths keep out, and the slow
- * paths, which count every call, push and pop under the heap lock. */
+/* Cache i empty, at its first size. */
+static void reset(heap_t *h, size_t i) {
+  set_cap(h, i, cap);
+  tc_set(&h->tc[i], cap);
+}
+
+/* h comes zeroed (heap_get).  In stats mode tc_stop stays set: the fast paths
+ * keep out, and the slow paths, which count every call, push and pop under
+ * the heap lock. */
 void tcache_init(heap_t *h) {
   h->tc_key = os_random();
-  h->tc_kb = 0;
-  for (size_t i = 0; i < TC_CLASSES; i++) {
-    atomic_store_explicit(&h->tc_cap[i], 0, memory_order_relaxed);
-    set_cap(h, i, cap);
-    tc_set(&h->tc[i], cap);
-  }
+  for (size_t i = 0; i < TC_CLASSES; i++) reset(h, i);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
 
 /* Empty cache i, handing each block to release(), and shrink it back. */
 static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
   uintptr_t w = tc_get(&h->tc[i]);
-  set_cap(h, i, cap);
-  tc_set(&h->tc[i], cap);
+  reset(h, i);
   for (block_t *b; (b = (block_t *)(w & ~TC_ROOM)) != NULL;) {
     w = b[1].next ^ h->tc_key;
     b[1].next = 0;
