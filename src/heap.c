@@ -482,17 +482,21 @@ static void heap_done(heap_t *h) {
     if (page_used(pg) == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
   }
   /* 4. empty segments leave; the rest are abandoned, each unlinked from the
-   * heap before it joins the global list (it cannot be on both) */
-  segment_purge_due(h, PURGE_IDLE, NULL);
+   * heap before it joins the global list (it cannot be on both).  Their free
+   * slices stay resident for the delay of abandoned segments, for a thread
+   * that starts soon to take over; the purger purges them when due.
+   * Without it, what is due goes now. */
+  if (!purge_running()) segment_purge_due(h, PURGE_IDLE, NULL);
   for (segment_t *s = h->segments, *next; s; s = next) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);
   }
-  uint64_t pending = h->next_purge_ms;    /* the purger purges abandoned segments when due */
+  uint64_t pending = 0;
   while (h->segments) {
     segment_t *s = h->segments;
     segment_unlink(h, s);
-    segment_abandon(s);
+    uint64_t due = segment_abandon(s);
+    if (due && (!pending || due < pending)) pending = due;
   }
   if (pending) purge_arm(pending);
 }

@@ -305,7 +305,7 @@ void   *segment_huge_resize(segment_t *s, page_t *pg, size_t n);   /* NULL: coul
 bool    segment_huge_cache_purge(bool force, uint64_t *next);
 enum purge_mode { PURGE_BUSY, PURGE_IDLE, PURGE_FORCE };   /* the owner's slow path; a quiet or exiting heap; every free slice now */
 bool    segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch);
-void    segment_abandon(segment_t *s);
+uint64_t segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
 void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);

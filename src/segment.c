@@ -24,6 +24,10 @@ page_t hm_page_invalid = { .flags = 0xff, .cls = 0xff };
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *abandoned;                 /* doubly linked via next/prev */
 static _Atomic size_t abandoned_count;
+static uint64_t abandoned_delay_ms;          /* (abandoned_lock) adaptive, as for slices:
+                                                a segment reclaimed soon after its purge
+                                                was purged too early (threads that come
+                                                and go, each taking over what others left) */
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *cache;                     /* empty segments, newest first */
@@ -727,17 +731,23 @@ void segment_census(census_t *c) {
 
 /* ---- abandonment --------------------------------------------------------- */
 
-/* Called by an exiting heap for a segment that still holds live blocks. */
-void segment_abandon(segment_t *s) {
+/* Called by an exiting heap for a segment that still holds live blocks.  Its
+ * free slices are purged once they have been abandoned for the delay
+ * (segment_tidy_abandoned); returns when, or 0 if it has none. */
+uint64_t segment_abandon(segment_t *s) {
   page_t *pg;
   for_each_page(s, pg) page_set_owner(pg, NULL);
   s->heap = NULL;
   pthread_mutex_lock(&abandoned_lock);
+  if (abandoned_delay_ms < (uint64_t)hm_options.purge_delay_ms) abandoned_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+  uint64_t due = s->dirty_slices & ~s->used_slices ? os_now_ms() + abandoned_delay_ms : 0;
+  s->purge_ms = due;
   list_push(&abandoned, s);
   atomic_store_explicit(&s->abandoned, 1, memory_order_release);
   atomic_fetch_add_explicit(&abandoned_count, 1, memory_order_relaxed);
-  pthread_mutex_unlock(&abandoned_lock);
+  pthread_mutex_unlock(&abandoned_lock);       /* (s may be reclaimed from here on) */
   stat_inc(STAT_ABANDONED);
+  return due;
 }
 
 /* Make s part of heap h: every page gets h as owner, collects its remote
@@ -764,11 +774,19 @@ static void abandoned_take(segment_t *s) {
   atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
 }
 
+/* (abandoned_lock held) s, taken off the list, goes back to work. */
+static void abandoned_reclaim(segment_t *s) {
+  abandoned_take(s);
+  if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * abandoned_delay_ms)
+    abandoned_delay_ms = purge_delay_adapt(abandoned_delay_ms, true);
+  s->purge_ms = 0;                           /* the new owner schedules its own */
+}
+
 bool segment_try_reclaim(heap_t *h, segment_t *s) {
   bool got = false;
   pthread_mutex_lock(&abandoned_lock);
   if (atomic_load_explicit(&s->abandoned, memory_order_relaxed)) {
-    abandoned_take(s);
+    abandoned_reclaim(s);
     got = true;
   }
   pthread_mutex_unlock(&abandoned_lock);
@@ -780,7 +798,7 @@ segment_t *segment_reclaim_any(heap_t *h) {
   if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
   segment_t *s = NULL;
   pthread_mutex_lock(&abandoned_lock);
-  if ((s = abandoned) != NULL) abandoned_take(s);
+  if ((s = abandoned) != NULL) abandoned_reclaim(s);
   pthread_mutex_unlock(&abandoned_lock);
   if (!s) return NULL;
   return segment_adopt(h, s) ? s : segment_reclaim_any(h);
@@ -810,8 +828,12 @@ uint64_t segment_tidy_abandoned(bool force, size_t *left) {
       continue;
     }
     if (!(s->dirty_slices & ~s->used_slices)) continue;
-    if (!s->purge_ms) s->purge_ms = now + (uint64_t)hm_options.purge_delay_ms;
-    if (force || now >= s->purge_ms) { segment_purge(s, ~0ull); s->purge_ms = 0; }
+    if (!s->purge_ms) s->purge_ms = now + abandoned_delay_ms;
+    if (force || now >= s->purge_ms) {
+      segment_purge(s, ~0ull);
+      s->purge_ms = 0;
+      if (!force) abandoned_delay_ms = purge_delay_adapt(abandoned_delay_ms, false);
+    }
     else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
   *left = atomic_load_explicit(&abandoned_count, memory_order_relaxed);

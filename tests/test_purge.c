@@ -11,6 +11,8 @@
  *    run fast paths.
  *  - malloc_trim reaches the pages of a waiting thread that other threads
  *    freed (it collects and returns them at once).
+ *  - an exited thread's free memory, in segments it left with a few live
+ *    blocks, is returned by the purger.
  *  - segments emptied together by exiting threads are unmapped together:
  *    adjacent ones with one munmap.
  *
@@ -222,6 +224,46 @@ TEST(malloc_trim_reaches_waiting_thread) {
   CHECK(r == 1);
   if (!test_sanitized())
     CHECKF(full - trimmed > 30 * 1024, "malloc_trim returned only %ld KiB of ~40 MB freed", full - trimmed);
+}
+
+/* ---- an exited thread's free memory ---------------------------------------------- */
+#define XBLOCKS 1600                           /* of 40 KiB: 64 MB */
+#define XKEEP 64                               /* one kept in 64: every segment stays in use */
+static void *xkept[XBLOCKS / XKEEP];
+
+static void *exiting_worker(void *arg) {
+  (void)arg;
+  static void *b[XBLOCKS];
+  for (int i = 0; i < XBLOCKS; i++)
+    if ((b[i] = hakmem_malloc(40 << 10)) != NULL) memset(b[i], 7, 40 << 10);
+  for (int i = 0; i < XBLOCKS; i++) {
+    if (i % XKEEP == 0) xkept[i / XKEEP] = b[i];
+    else hakmem_free(b[i]);
+  }
+  return NULL;                                 /* its segments are abandoned, mostly free */
+}
+
+TEST(exited_thread_memory_returned) {
+  long base = test_rss_kib();
+  pthread_t t;
+  pthread_create(&t, NULL, exiting_worker, NULL);
+  pthread_join(t, NULL);
+  long left = test_rss_kib(), now = left;
+  uint64_t t0 = test_now_ms(), ms = 0;
+  for (; ms < 3000 && now - base >= 16 * 1024; ms = test_now_ms() - t0) {
+    test_sleep_ms(5);                          /* calling nothing: only the purger can return it */
+    now = test_rss_kib();
+  }
+  NOTE("RSS %ld KiB before, %ld KiB as the thread exited, %ld KiB %llu ms later", base, left, now,
+       (unsigned long long)ms);
+  for (int i = 0; i < XBLOCKS / XKEEP; i++) {
+    const unsigned char *p = xkept[i];
+    CHECKF(p && p[0] == 7 && p[(40 << 10) - 1] == 7, "kept block %d changed", i);
+    hakmem_free(xkept[i]);
+  }
+  if (!test_sanitized())
+    CHECKF(now - base < 16 * 1024, "%ld KiB above the start still resident %llu ms after the thread exited",
+           now - base, (unsigned long long)ms);
 }
 
 /* ---- emptied segments unmapped together --------------------------------------------- */
