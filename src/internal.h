@@ -199,6 +199,7 @@ typedef struct segment_s {
   struct segment_s *next, *prev; /* heap's list / abandoned list / cache */
   size_t size;                   /* mapping size */
   size_t huge_offset;            /* huge segments: header sits this far below the block's chunk */
+  uint64_t huge_serial;          /* huge segments: huge blocks handed out before this one, + 1 */
   _Atomic int abandoned;
   uint32_t pages_used;
   uint64_t pages_map;            /* bit d: pages[d] describes a page */
@@ -303,6 +304,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
 void    segment_huge_free(segment_t *s);
 void   *segment_huge_resize(segment_t *s, page_t *pg, size_t n);   /* NULL: could not, block intact */
 bool    segment_huge_cache_purge(bool force, uint64_t *next);
+void    segment_huge_cache_tick(uint64_t now);
 enum purge_mode { PURGE_BUSY, PURGE_IDLE, PURGE_FORCE };   /* the owner's slow path; a quiet or exiting heap; every free slice now */
 bool    segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch);
 uint64_t segment_abandon(segment_t *s);

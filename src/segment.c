@@ -386,6 +386,7 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
   }
   uint64_t now = os_now_ms();
   schedule_purge(h, s, now);
+  segment_huge_cache_tick(now);
   if (now >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
   return false;
 }
@@ -485,18 +486,23 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
 /* Freed huge blocks are kept for reuse (up to HUGE_CACHE_BYTES), their memory
  * resident for one purge delay, then purged; the oldest are unmapped first.
  * Without this, a program that repeatedly builds big buffers page-faults all
- * of them in again each time. */
+ * of them in again each time.  The old copy of a buffer that grew is purged
+ * at its free (segment_huge_free) until such reuse is seen. */
 #define HUGE_CACHE_BYTES ((size_t)hm_options.huge_cache_mb << 20)
 static pthread_mutex_t huge_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *huge_cache;          /* newest first */
 static size_t huge_cache_bytes;
 static uint64_t huge_delay_ms;         /* adaptive, as for slices */
+static _Atomic uint64_t huge_due;      /* the next purge in the cache, 0: none (read unlocked) */
+static _Atomic uint64_t huge_serial;   /* huge blocks handed out so far */
+static _Atomic size_t huge_last;       /* the size of the latest */
 
 /* Purge entries past their delay; unmap the oldest beyond the byte budget.
  * Called with huge_lock held; returns the list of segments to unmap. */
 static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
   segment_t *drop = NULL, *next;
   size_t bytes = 0;
+  uint64_t due = 0;
   for (segment_t *s = huge_cache; s; s = next) {
     next = s->next;
     bytes += s->size;
@@ -510,9 +516,20 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
       s->purge_ms = 0;
       s->purged_ms = now;
       if (now != UINT64_MAX) huge_delay_ms = purge_delay_adapt(huge_delay_ms, false);
+    } else if (s->purge_ms && (!due || s->purge_ms < due)) {
+      due = s->purge_ms;
     }
   }
+  atomic_store_explicit(&huge_due, due, memory_order_relaxed);
   return drop;
+}
+
+/* A program with no purger thread (one thread) decays the cache from its
+ * slow paths as well: a huge block it freed would otherwise stay resident
+ * until its next huge free. */
+void segment_huge_cache_tick(uint64_t now) {
+  uint64_t due = atomic_load_explicit(&huge_due, memory_order_relaxed);
+  if (due && now >= due) segment_huge_cache_purge(false, NULL);
 }
 
 static void unmap_list(segment_t *s) {
@@ -571,6 +588,8 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   segment_header_init(s, total, fresh);
   if (fresh) registry_add(s);
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
+  s->huge_serial = atomic_fetch_add_explicit(&huge_serial, 1, memory_order_relaxed) + 1;
+  atomic_store_explicit(&huge_last, usable, memory_order_relaxed);
   s->used_slices = ~0ull;
   page_t *pg = &s->pages[1];
   pg->slice = pg->slices = 1;
@@ -596,18 +615,33 @@ void segment_huge_free(segment_t *s) {
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
   stat_dec(STAT_HUGE);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { segment_unmap(s); return; }
-  uint64_t now = os_now_ms();
+  uint64_t now = os_now_ms(), base = (uint64_t)hm_options.purge_delay_ms;
+  /* The old copy of a growing buffer (a bigger block was handed out since
+   * this one: a vector or hash table that doubled, and frees the old copy
+   * once it has moved) is purged now unless copies were seen reused: kept
+   * resident for the delay, it would count in the program's peak next to
+   * the new copy, and the program is past its size. */
+  size_t bs = s->pages[1].block_size;
+  bool superseded = atomic_load_explicit(&huge_serial, memory_order_relaxed) > s->huge_serial &&
+                    atomic_load_explicit(&huge_last, memory_order_relaxed) >= bs + bs / 2;
+  pthread_mutex_lock(&huge_lock);
+  if (huge_delay_ms < base) huge_delay_ms = base;
+  superseded &= huge_delay_ms == base;
+  pthread_mutex_unlock(&huge_lock);
+  if (superseded) {
+    os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
+    s->purged_ms = now;
+  }
   stat_inc(STAT_HUGE_CACHED);
   pthread_mutex_lock(&huge_lock);
-  if (huge_delay_ms < (uint64_t)hm_options.purge_delay_ms) huge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
-  s->purge_ms = now + huge_delay_ms;
+  s->purge_ms = superseded ? 0 : now + huge_delay_ms;
   list_push(&huge_cache, s);
   huge_cache_bytes += s->size;
   segment_t *drop = huge_cache_decay(now, HUGE_CACHE_BYTES);
   uint64_t due = s->purge_ms;
   pthread_mutex_unlock(&huge_lock);
   unmap_list(drop);
-  purge_arm(due);
+  if (due) purge_arm(due);
 }
 
 /* Grow or shrink a huge block with mremap.  The block must stay in the first
@@ -660,11 +694,7 @@ void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
 bool segment_huge_cache_purge(bool force, uint64_t *next) {
   pthread_mutex_lock(&huge_lock);
   segment_t *drop = huge_cache_decay(force ? UINT64_MAX : os_now_ms(), force ? 0 : HUGE_CACHE_BYTES);
-  if (next) {
-    *next = 0;
-    for (segment_t *s = huge_cache; s; s = s->next)
-      if (s->purge_ms && (!*next || s->purge_ms < *next)) *next = s->purge_ms;
-  }
+  if (next) *next = atomic_load_explicit(&huge_due, memory_order_relaxed);
   pthread_mutex_unlock(&huge_lock);
   bool any = drop != NULL;
   unmap_list(drop);

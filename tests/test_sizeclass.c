@@ -177,6 +177,54 @@ TEST(huge_blocks) {
   hakmem_free(a);
 }
 
+/* A buffer that doubles frees its old copy once it has moved: that copy is
+ * purged at once rather than kept resident for the purge delay next to the
+ * new one (it would count in the program's peak). */
+TEST(growing_buffer_old_copy_purged) {
+  hakmem_malloc_trim(0);                        /* no cached block of earlier tests left to purge */
+  size_t n = 8u << 20;
+  char *a = hakmem_malloc(n), *b = hakmem_malloc(2 * n);
+  CHECK(a && b);
+  if (!a || !b) return;
+  memset(a, 1, n);
+  memcpy(b, a, n);
+  memset(b + n, 2, n);
+  long before = test_rss_kib();
+  hakmem_free(a);
+  long after = test_rss_kib();
+  NOTE("RSS %ld KiB before freeing the 8 MiB old copy, %ld KiB right after", before, after);
+  if (!test_sanitized())
+    CHECKF(before - after >= 6 * 1024, "RSS fell by %ld KiB only", before - after);
+  char *c = hakmem_calloc(1, n);                /* the purged mapping again: zeroed */
+  CHECK(c && c[0] == 0 && c[n / 2] == 0 && c[n - 1] == 0);
+  CHECK(b[0] == 1 && b[2 * n - 1] == 2);
+  hakmem_free(c);
+  hakmem_free(b);
+}
+
+/* With no purger thread (this program has one thread), a freed huge block
+ * stays resident for the delay and is then purged by the next slow path,
+ * not only by the next huge free. */
+TEST(cached_huge_block_purged_by_slow_paths) {
+  hakmem_malloc_trim(0);
+  size_t n = 8u << 20;
+  char *a = hakmem_malloc(n);
+  CHECK(a != NULL);
+  if (!a) return;
+  memset(a, 1, n);
+  hakmem_free(a);
+  long cached = test_rss_kib(), now = cached;
+  uint64_t t0 = test_now_ms(), ms = 0;
+  for (; ms < 2000 && cached - now < 6 * 1024; ms = test_now_ms() - t0) {
+    test_sleep_ms(10);
+    hakmem_free(hakmem_malloc(300 << 10));     /* a large block: a slow path */
+    now = test_rss_kib();
+  }
+  NOTE("RSS %ld KiB with the 8 MiB block cached, %ld KiB %llu ms later", cached, now, (unsigned long long)ms);
+  if (!test_sanitized())
+    CHECKF(cached - now >= 6 * 1024, "the cached block still resident %llu ms after its free", (unsigned long long)ms);
+}
+
 TEST(aligned_uses_classes) {
   /* alignments up to a slice come from size classes that are multiples of it */
   for (size_t align = 32; align <= SLICE_SIZE; align <<= 1) {
