@@ -95,6 +95,7 @@ churn          default  $B/thread_churn 500 4 2000
 rssfree-idle   default  $B/rss_free 4 300 idle
 rssfree-exit   default  $B/rss_free 4 300 exit
 redis          default  bench/redis.sh 100000
+python         default  python3 bench/python_objects.py 100000
 startup        none     $B/fixed_size 0 16 1
 EOF
 )
