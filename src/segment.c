@@ -150,16 +150,21 @@ static segment_t *segment_new(heap_t *h) {
   return s;
 }
 
+/* A delay, at least HAKMEM_PURGE_DELAY_MS (the adaptive ones start at 0). */
+static uint64_t purge_delay_floor(uint64_t delay) {
+  uint64_t base = (uint64_t)hm_options.purge_delay_ms;
+  return delay < base ? base : delay;
+}
+
 /* The decay adapts: memory reused within two delays of being purged was
  * purged too early (the program cycles through it), so the delay doubles, up
  * to PURGE_DELAY_MAX_MS; a purge that is not followed by reuse brings it back
  * down toward HAKMEM_PURGE_DELAY_MS by a quarter. */
 uint64_t purge_delay_adapt(uint64_t delay, bool refault) {
   uint64_t base = (uint64_t)hm_options.purge_delay_ms;
-  if (delay < base) delay = base;
+  delay = purge_delay_floor(delay);
   if (refault) return delay * 2 > PURGE_DELAY_MAX_MS ? (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS) : (delay ? delay * 2 : 1);
-  delay -= delay / 4;
-  return delay < base ? base : delay;
+  return purge_delay_floor(delay - delay / 4);
 }
 
 /* The lowest run of set bits of m (not 0): its first bit *i, length *n, mask. */
@@ -251,7 +256,7 @@ static void segment_discard(segment_t *s) {
   segment_t *drop = s, *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
   if (hm_options.segment_cache > 0) {
-    if (cache_delay_ms < (uint64_t)hm_options.purge_delay_ms) cache_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+    cache_delay_ms = purge_delay_floor(cache_delay_ms);
     s->purge_ms = now + cache_delay_ms;
     list_push(&cache, s);
     drop = NULL;
@@ -386,7 +391,7 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
   }
   uint64_t now = os_now_ms();
   schedule_purge(h, s, now);
-  segment_huge_cache_tick(now);
+  segment_huge_cache_tick();
   if (now >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
   return false;
 }
@@ -527,9 +532,9 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
 /* A program with no purger thread (one thread) decays the cache from its
  * slow paths as well: a huge block it freed would otherwise stay resident
  * until its next huge free. */
-void segment_huge_cache_tick(uint64_t now) {
+void segment_huge_cache_tick(void) {
   uint64_t due = atomic_load_explicit(&huge_due, memory_order_relaxed);
-  if (due && now >= due) segment_huge_cache_purge(false, NULL);
+  if (due && os_now_ms() >= due) segment_huge_cache_purge(false, NULL);
 }
 
 static void unmap_list(segment_t *s) {
@@ -615,7 +620,7 @@ void segment_huge_free(segment_t *s) {
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
   stat_dec(STAT_HUGE);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { segment_unmap(s); return; }
-  uint64_t now = os_now_ms(), base = (uint64_t)hm_options.purge_delay_ms;
+  uint64_t now = os_now_ms();
   /* The old copy of a growing buffer (a bigger block was handed out since
    * this one: a vector or hash table that doubled, and frees the old copy
    * once it has moved) is purged now unless copies were seen reused: kept
@@ -625,8 +630,8 @@ void segment_huge_free(segment_t *s) {
   bool superseded = atomic_load_explicit(&huge_serial, memory_order_relaxed) > s->huge_serial &&
                     atomic_load_explicit(&huge_last, memory_order_relaxed) >= bs + bs / 2;
   pthread_mutex_lock(&huge_lock);
-  if (huge_delay_ms < base) huge_delay_ms = base;
-  superseded &= huge_delay_ms == base;
+  huge_delay_ms = purge_delay_floor(huge_delay_ms);
+  superseded &= huge_delay_ms == (uint64_t)hm_options.purge_delay_ms;
   pthread_mutex_unlock(&huge_lock);
   if (superseded) {
     os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
@@ -769,7 +774,7 @@ uint64_t segment_abandon(segment_t *s) {
   for_each_page(s, pg) page_set_owner(pg, NULL);
   s->heap = NULL;
   pthread_mutex_lock(&abandoned_lock);
-  if (abandoned_delay_ms < (uint64_t)hm_options.purge_delay_ms) abandoned_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+  abandoned_delay_ms = purge_delay_floor(abandoned_delay_ms);
   uint64_t due = s->dirty_slices & ~s->used_slices ? os_now_ms() + abandoned_delay_ms : 0;
   s->purge_ms = due;
   list_push(&abandoned, s);
