@@ -43,9 +43,13 @@
 
 /* ---- size classes ---------------------------------------------------------
  * 16-byte steps up to 128 B, then four classes per power of two (waste <= 25%),
- * up to 256 KiB.  Bigger blocks are "large" (one block on a run of slices of a
- * segment) up to LARGE_MAX, then "huge" (a segment of their own). */
-#define CLASSES       52
+ * up to 256 KiB, and one more at 4.5 KiB: buffers of a 4 KiB page and a small
+ * header are common (sqlite3's page cache: 4104-4368 bytes), and would waste
+ * a fifth of their size in the 5 KiB class.  Bigger blocks are "large" (one
+ * block on a run of slices of a segment) up to LARGE_MAX, then "huge" (a
+ * segment of their own). */
+#define CLASSES       53
+#define CLASS_4K      27                        /* class_size(CLASS_4K) == 4096; the next is 4608 */
 #define MEDIUM_MAX    ((size_t)256 << 10)       /* largest size class */
 #define LARGE_MAX     (SEG_SIZE / 2)
 #define CLASS_LARGE   CLASSES                   /* page kinds beyond the classes */
@@ -59,7 +63,7 @@ static inline size_t size_class(size_t n) {
   if (n <= 128) return n <= 16 ? 0 : (n - 1) >> 4;
   size_t m = n - 1;
   unsigned b = 63 - (unsigned)__builtin_clzl(m);            /* floor(log2(n-1)) >= 7 */
-  return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3);
+  return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3) + (n > 4608);
 }
 /* malloc's class table for sizes up to 32 KiB, in 16-byte steps (2 KiB):
  * one load, and no branch on the size, so a program mixing sizes does not
@@ -69,20 +73,22 @@ static inline size_t size_class(size_t n) {
 extern const uint8_t hm_class_table[TABLE_SLOTS];
 static inline size_t class_size(size_t c) {
   if (c < 8) return (c + 1) * 16;
+  if (c == CLASS_4K + 1) return 4608;
+  if (c > CLASS_4K) c--;
   size_t b = 7 + (c - 8) / 4, k = (c - 8) % 4;
   return ((size_t)1 << b) + (k + 1) * ((size_t)1 << (b - 2));
 }
 
 /* A thread cache (tcache.c): freed blocks of one class of 4-32 KiB, last
  * freed first, in one word: the first block's address and, in the low bits
- * (blocks of these classes are multiples of 1 KiB from a 64 KiB boundary),
+ * (blocks of these classes are multiples of 512 bytes from a 64 KiB boundary),
  * how many more blocks it may take.  A cached block's first word is its
  * page's encoded end of list (it looks free), its second the cache's word as
  * it was before the block came, encoded with the heap's tc_key. */
-#define TC_MIN      27                           /* 4 KiB */
+#define TC_MIN      CLASS_4K
 #define TC_MIN_SIZE ((size_t)3584)               /* class_size(TC_MIN - 1): sizes above it have one */
-#define TC_CLASSES  13                           /* up to 32 KiB (TABLE_MAX) */
-#define TC_ROOM     ((uintptr_t)1023)
+#define TC_CLASSES  14                           /* up to 32 KiB (TABLE_MAX) */
+#define TC_ROOM     ((uintptr_t)511)
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 

@@ -40,10 +40,11 @@
 
 #define TC_START 8
 #define TC_MAX   64
+_Static_assert(TC_MAX <= TC_ROOM, "the cache word's low bits count the room");
 static uint32_t cap;                         /* blocks per cache at first; 0: off */
 bool hm_tcache_on;
 
-static uint32_t class_kb(size_t i) { return (uint32_t)(class_size(TC_MIN + i) >> 10); }
+static uint32_t class_kb(size_t i) { return (uint32_t)((class_size(TC_MIN + i) + 1023) >> 10); }
 
 void tcache_process_init(void) {
   uint32_t all_kb = 0;                       /* one block of each class */

@@ -15,7 +15,7 @@
 
 #define BOUND ((size_t)3072 << 10)          /* HAKMEM_THREAD_CACHE_KB's default */
 
-static const size_t sizes[] = { 4096, 5120, 6144, 7168, 8192, 10240, 12288, 14336,
+static const size_t sizes[] = { 4096, 4608, 5120, 6144, 7168, 8192, 10240, 12288, 14336,
                                 16384, 20480, 24576, 28672, 32768 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
@@ -87,6 +87,29 @@ TEST(a_batch_grows_its_cache) {
   for (int i = 0; i < 100; i++) hakmem_free(p[i]);
   size_t most = stats().thread_cached;
   CHECKF(most == TC_MAX_BLOCKS * 4096, "%zu blocks of 4 KiB cached after freeing 100, not %d", most / 4096, TC_MAX_BLOCKS);
+  hakmem_malloc_trim(0);
+}
+
+/* The 4.5 KiB class's blocks are 512-byte multiples from their page's start,
+ * so half of them have bit 9 set: the cache word's room must stay below it. */
+TEST(half_kib_class_caches_its_batch) {
+  hakmem_malloc_trim(0);
+  void *p[TC_MAX_BLOCKS], *q[TC_MAX_BLOCKS];
+  for (int r = 0; r < 3; r++) {
+    for (int i = 0; i < TC_MAX_BLOCKS; i++) { p[i] = hakmem_malloc(4200); memset(p[i], i, 4200); }
+    for (int i = 0; i < TC_MAX_BLOCKS; i++) hakmem_free(p[i]);
+  }
+  if (!test_thread_caches_possible()) return;
+  CHECKF(stats().thread_cached == TC_MAX_BLOCKS * 4608, "%zu bytes cached after freeing %d blocks of 4.5 KiB",
+         stats().thread_cached, TC_MAX_BLOCKS);
+  int odd = 0;
+  for (int i = TC_MAX_BLOCKS - 1; i >= 0; i--) {
+    q[i] = hakmem_malloc(4608);
+    odd += ((uintptr_t)q[i] >> 9) & 1;
+    CHECKF(q[i] == p[i], "malloc %d gave %p, not the block freed last (%p)", TC_MAX_BLOCKS - i, q[i], p[i]);
+  }
+  CHECKF(odd > 0, "no block at an odd multiple of 512 bytes among %d", TC_MAX_BLOCKS);
+  for (int i = 0; i < TC_MAX_BLOCKS; i++) hakmem_free(q[i]);
   hakmem_malloc_trim(0);
 }
 
