@@ -29,7 +29,7 @@ note() { echo "note: $*" >&2; }
 failed() { printf '\nFAILED: %s under %s:\n' "$1" "$2" >&2; tail -5 "$TMP/last.err" >&2; }
 
 # ---- what the mode needs, installed from Debian's packages when missing ----
-packages=(time python3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools)
+packages=(time python3 sqlite3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools)
 case $MODE in
   callgrind) packages+=(valgrind) ;;
   syscalls) packages+=(strace) ;;
@@ -96,6 +96,7 @@ rssfree-idle   default  $B/rss_free 4 300 idle
 rssfree-exit   default  $B/rss_free 4 300 exit
 redis          default  bench/redis.sh 100000
 python         default  python3 bench/python_objects.py 100000
+sqlite         default  bench/sqlite.sh 200000
 startup        none     $B/fixed_size 0 16 1
 EOF
 )
