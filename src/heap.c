@@ -24,7 +24,7 @@
  * compiler (the same formula as size_class). */
 #define SC(n)    ((n) <= 128 ? ((n) <= 16 ? 0 : ((n) - 1) >> 4) \
                   : 8 + (63 - __builtin_clzl((n) - 1) - 7) * 4 + ((((n) - 1) >> (63 - __builtin_clzl((n) - 1) - 2)) & 3) \
-                    + ((n) > 4608))
+                    + ((n) > SIZE_4K5))
 #define C1(i)    (uint8_t)SC((size_t)(i) * 16)   /* (the cast: clang checks both arms of ?: against uint8_t) */
 #define C4(i)    C1(i), C1((i) + 1), C1((i) + 2), C1((i) + 3)
 #define C16(i)   C4(i), C4((i) + 4), C4((i) + 8), C4((i) + 12)

@@ -49,7 +49,8 @@
  * block on a run of slices of a segment) up to LARGE_MAX, then "huge" (a
  * segment of their own). */
 #define CLASSES       53
-#define CLASS_4K      27                        /* class_size(CLASS_4K) == 4096; the next is 4608 */
+#define CLASS_4K      27                        /* class_size(CLASS_4K) == 4096 */
+#define SIZE_4K5      ((size_t)4608)            /* the next class, the one off the grid */
 #define MEDIUM_MAX    ((size_t)256 << 10)       /* largest size class */
 #define LARGE_MAX     (SEG_SIZE / 2)
 #define CLASS_LARGE   CLASSES                   /* page kinds beyond the classes */
@@ -63,7 +64,7 @@ static inline size_t size_class(size_t n) {
   if (n <= 128) return n <= 16 ? 0 : (n - 1) >> 4;
   size_t m = n - 1;
   unsigned b = 63 - (unsigned)__builtin_clzl(m);            /* floor(log2(n-1)) >= 7 */
-  return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3) + (n > 4608);
+  return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3) + (n > SIZE_4K5);
 }
 /* malloc's class table for sizes up to 32 KiB, in 16-byte steps (2 KiB):
  * one load, and no branch on the size, so a program mixing sizes does not
@@ -73,7 +74,7 @@ static inline size_t size_class(size_t n) {
 extern const uint8_t hm_class_table[TABLE_SLOTS];
 static inline size_t class_size(size_t c) {
   if (c < 8) return (c + 1) * 16;
-  if (c == CLASS_4K + 1) return 4608;
+  if (c == CLASS_4K + 1) return SIZE_4K5;
   if (c > CLASS_4K) c--;
   size_t b = 7 + (c - 8) / 4, k = (c - 8) % 4;
   return ((size_t)1 << b) + (k + 1) * ((size_t)1 << (b - 2));

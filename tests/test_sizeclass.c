@@ -26,7 +26,7 @@ TEST(class_round_trip) {
     /* 16-byte steps up to 128 B, then waste below 25 % of the request, and
      * below 12.5 % for a 4 KiB page with a header of up to 512 bytes */
     size_t w = class_size(c) - n;
-    if (n && (n <= 128 ? w >= 16 : w * 4 >= n || (n > 4096 && n <= 4608 && w * 8 >= n))) {
+    if (n && (n <= 128 ? w >= 16 : w * 4 >= n || (n > 4096 && n <= SIZE_4K5 && w * 8 >= n))) {
       CHECKF(0, "size %zu rounds to %zu: waste %zu", n, class_size(c), class_size(c) - n);
       break;
     }
