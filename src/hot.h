@@ -23,8 +23,8 @@
 
 HM_INLINE void *hm_page_pop(page_t *pg) {
   block_t *b = (block_t *)pg->free;
-  pg->free = b->next ^ pg->pop_key;
-  b->next = 0;              /* leave no free-list link in a live block */
+  pg->free = b[1].next ^ pg->pop_key;
+  b[0].next = 0;            /* no longer looks free (the link word stays, as glibc's does) */
   page_set_used(pg, page_used(pg) + 1);
   return b;
 }
@@ -61,7 +61,7 @@ HM_INLINE block_t *tc_pop(heap_t *h, _Atomic uintptr_t *t) {
 HM_INLINE bool tc_push(heap_t *h, _Atomic uintptr_t *t, page_t *pg, block_t *b) {
   uintptr_t w = tc_get(t);
   if (!(w & TC_ROOM)) return false;
-  b[0].next = enc(pg, 0);              /* looks free: a second free is caught */
+  b[0].next = pg->key;                 /* looks free: a second free is caught */
   b[1].next = w ^ h->tc_key;
   tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
   return true;
@@ -93,22 +93,20 @@ HM_INLINE void *hm_malloc_fast(size_t n) {
 }
 
 /* May b, at offset off of its page, be freed here: is it a block start, and
- * does it not look free already (block_looks_free, with the page's fields
- * read once)? */
-HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t start, uintptr_t area, uintptr_t off) {
-  if (off >= area || off * pg->magic >= pg->magic) return false;
-  uintptr_t cand = dec(pg, b->next);
-  return cand != 0 && cand - start >= area;
+ * does it not look free already (block_looks_free)? */
+HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, uintptr_t off) {
+  return off < area && off * pg->magic < pg->magic && !block_looks_free(pg, b);
 }
 
 /* Another thread's block b (not looking free): push it onto its page's
  * thread_free with one CAS.  False, b untouched, when the page is parked or
  * being handed over (TF state set): the slow path deals with those. */
 HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
-  uintptr_t data = b->next, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  uintptr_t data = b[0].next, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  b[0].next = pg->key;
   do {
-    if (unlikely(tf & TF_MASK)) { b->next = data; return false; }
-    b->next = enc(pg, TF_PTR(tf));
+    if (unlikely(tf & TF_MASK)) { b[0].next = data; return false; }
+    b[1].next = enc(pg, TF_PTR(tf));
   } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
@@ -117,7 +115,7 @@ HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
 
 /* The owner h frees b (not looking free) onto its page. */
 HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) {
-  b->next = enc(pg, pg->free);
+  block_set_free(pg, b, pg->free);
   pg->free = (uintptr_t)b;
   /* release: once the purger reads the new count, these stores are done */
   uint32_t used = page_used(pg) - 1;
@@ -145,22 +143,22 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
     page_t *pg = page_of(segment_of(p), p);
     block_t *b = (block_t *)p;
-    uintptr_t start = (uintptr_t)pg->start, area = page_area(pg), off = (uintptr_t)p - start;
+    uintptr_t area = page_area(pg), off = (uintptr_t)p - (uintptr_t)pg->start;
     heap_t *owner, *h = hm_tls_heap;
     uintptr_t local = atomic_load_explicit(&pg->local, memory_order_relaxed);
     if (likely(local == (uintptr_t)h)) {             /* ours, and neither parked nor slow */
-      if (likely(hm_freeable(pg, b, start, area, off))) {
+      if (likely(hm_freeable(pg, b, area, off))) {
         hm_page_push(h, pg, b);
         return;
       }
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
-      if (likely(hm_freeable(pg, b, start, area, off))) {
+      if (likely(hm_freeable(pg, b, area, off))) {
         if (to_cache) hm_tcache_push(h, pg, b);
         else hm_page_push(h, pg, b);
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&
-               !hm_slow_mode && hm_freeable(pg, b, start, area, off) && hm_free_remote_fast(pg, b, owner)) {
+               !hm_slow_mode && hm_freeable(pg, b, area, off) && hm_free_remote_fast(pg, b, owner)) {
       return;
     }
   }

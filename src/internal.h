@@ -84,7 +84,7 @@ static inline size_t class_size(size_t c) {
  * freed first, in one word: the first block's address and, in the low bits
  * (blocks of these classes are multiples of 512 bytes from a 64 KiB boundary),
  * how many more blocks it may take.  A cached block's first word is its
- * page's encoded end of list (it looks free), its second the cache's word as
+ * page's key (it looks free), its second the cache's word as
  * it was before the block came, encoded with the heap's tc_key. */
 #define TC_MIN      CLASS_4K
 #define TC_MIN_SIZE ((size_t)3584)               /* class_size(TC_MIN - 1): sizes above it have one */
@@ -94,7 +94,11 @@ static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
-typedef struct block_s { uintptr_t next; } block_t;   /* next is encoded */
+/* A free block (smallest: 16 bytes) holds two words: first its page's key,
+ * the mark free() tests for "already free", then the link to the next free
+ * block, encoded with the key.  A live block's first word is the program's
+ * data, or 0 from malloc. */
+typedef struct block_s { uintptr_t next; } block_t;
 
 struct heap_s;
 struct segment_s;
@@ -181,15 +185,19 @@ static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key;
 static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
 static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key = k | (1ull << 63); }
 
-/* Does block b (of pg, not known to be live) look free?  A free block's first
- * word is an encoded link: it decodes to 0 or into the page.  A live block's
- * first word is the program's data (or 0 from malloc, which decodes to the
- * key, never a user address), so a live block looks free by chance with
- * probability about area / 2^64. */
+/* Does block b (of pg, not known to be live) look free: is its first word
+ * the page's key?  The key is random with its top bit set, so a live block
+ * looks free by chance with probability 2^-63. */
 static inline bool block_looks_free(const page_t *pg, const void *b) {
-  uintptr_t cand = dec(pg, ((const block_t *)b)->next);
-  return cand == 0 || cand - (uintptr_t)pg->start < page_area(pg);
+  return ((const block_t *)b)[0].next == pg->key;
 }
+/* Make b a free block of pg whose link leads to next (0: the end). */
+static inline void block_set_free(const page_t *pg, void *b, uintptr_t next) {
+  ((block_t *)b)[0].next = pg->key;
+  ((block_t *)b)[1].next = enc(pg, next);
+}
+/* The block after free block b of pg (0: the end). */
+static inline uintptr_t block_next(const page_t *pg, uintptr_t b) { return dec(pg, ((const block_t *)b)[1].next); }
 
 /* ---- segments ------------------------------------------------------------ */
 typedef struct segment_s {
@@ -347,7 +355,7 @@ void  delayed_push(heap_t *h, block_t *first, block_t *last);
 /* A block on a delayed list: its page, and the next block. */
 static inline uintptr_t delayed_next(uintptr_t b, page_t **pg) {
   *pg = page_of(segment_of((void *)b), (void *)b);
-  return dec(*pg, ((block_t *)b)->next);
+  return block_next(*pg, b);
 }
 
 /* heap.c */

@@ -3,9 +3,9 @@
  * The owner thread pops and pushes blocks on page->free without atomics.  Other
  * threads push onto page->thread_free with one CAS; the owner takes that whole
  * list with one atomic exchange when the free list runs dry (page_collect).
- * Free-list links inside blocks are XOR-encoded with a per-page key: a random
- * word in freed memory then almost never decodes into the page, which lets
- * free() spot a probable double free with two compares. */
+ * A free block's first word is the page's key, a random word that marks it
+ * free, so that free() spots a probable double free with one compare; its
+ * second is the link to the next, XOR-encoded with the key (internal.h). */
 #include "internal.h"
 #include "options.h"
 #include "stats.h"
@@ -41,7 +41,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
  * last page of every thread is partly carved, and 16 KiB at a time cost about
  * 60 KiB of RSS per thread (rss_free 4 300: 310.7 -> 310.3 MiB peak); it costs
  * no instruction per malloc that callgrind can see.  Big blocks go at least
- * four at a time (only their first words are touched). */
+ * four at a time (only their first two words are touched). */
 #define EXTEND_SIZE (4 * 1024)
 bool page_extend(page_t *pg) {
   size_t left = pg->reserved - pg->capacity;
@@ -54,9 +54,8 @@ bool page_extend(page_t *pg) {
     secure_carve(pg, first, n);
   } else {
     uint8_t *b = first;
-    for (size_t i = 1; i < n; i++, b += pg->block_size)
-      ((block_t *)b)->next = enc(pg, (uintptr_t)(b + pg->block_size));
-    ((block_t *)b)->next = enc(pg, pg->free);
+    for (size_t i = 1; i < n; i++, b += pg->block_size) block_set_free(pg, b, (uintptr_t)(b + pg->block_size));
+    block_set_free(pg, b, pg->free);
     pg->free = (uintptr_t)first;
   }
   pg->capacity += (uint32_t)n;
@@ -85,9 +84,9 @@ void page_collect(page_t *pg) {
       if (unlikely(++walked > n || b - (uintptr_t)pg->start >= page_area(pg)))
         hm_fatal("corrupted remote free list (double free from another thread?)", (void *)b, pg);
       tail = b;
-      b = dec(pg, ((block_t *)b)->next);
+      b = block_next(pg, b);
     }
-    ((block_t *)tail)->next = enc(pg, pg->free);
+    block_set_free(pg, (void *)tail, pg->free);
   }
   pg->free = head;
   page_set_used(pg, used - n);
@@ -106,13 +105,13 @@ static void check_link(page_t *pg, uintptr_t q) {
  * reported. */
 bool page_contains_free(page_t *pg, uintptr_t b) {
   uint32_t limit = pg->capacity + 1;
-  for (uintptr_t q = pg->free; q && limit--; q = dec(pg, ((block_t *)q)->next)) {
+  for (uintptr_t q = pg->free; q && limit--; q = block_next(pg, q)) {
     check_link(pg, q);
     if (q == b) return true;
   }
   limit = pg->capacity + 1;
   uintptr_t tf = TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_acquire));
-  for (uintptr_t q = tf; q && limit--; q = dec(pg, ((block_t *)q)->next)) {
+  for (uintptr_t q = tf; q && limit--; q = block_next(pg, q)) {
     check_link(pg, q);
     if (q == b) return true;
   }
@@ -122,11 +121,10 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
 /* The owner frees a block on a page that is parked or looks double-freed. */
 void page_free_local_slow(page_t *pg, block_t *b) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  uintptr_t cand = dec(pg, b->next);
-  if (cand == 0 || cand - (uintptr_t)pg->start < page_area(pg)) {
+  if (block_looks_free(pg, b)) {
     if (page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b)) hm_fatal("double free", b, pg);
   }
-  b->next = enc(pg, pg->free);
+  block_set_free(pg, b, pg->free);
   pg->free = (uintptr_t)b;
   if (pg->flags & PAGE_FULL) page_unpark(h, pg);
   page_set_used(pg, page_used(pg) - 1);
@@ -148,7 +146,7 @@ bool page_unreachable(page_t *pg, uint32_t elsewhere) {
   while (b && n <= want) {
     if (b - (uintptr_t)pg->start >= page_area(pg)) return false;    /* a bad link: leave it to the owner */
     n++;
-    b = dec(pg, ((block_t *)b)->next);
+    b = block_next(pg, b);
   }
   return n == want;
 }
@@ -160,6 +158,7 @@ bool page_unreachable(page_t *pg, uint32_t elsewhere) {
  * we hold a pointer to them. */
 void page_free_remote(page_t *pg, block_t *b) {
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  b[0].next = pg->key;                         /* free from now on, whichever list it joins */
   for (;;) {
     if ((tf & TF_MASK) == TF_NOTIFY) {
       if (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (tf & ~(uintptr_t)TF_MASK) | TF_BUSY,
@@ -171,20 +170,20 @@ void page_free_remote(page_t *pg, block_t *b) {
                                                     memory_order_release, memory_order_relaxed)) {}
       return;
     }
-    b->next = enc(pg, TF_PTR(tf));
+    b[1].next = enc(pg, TF_PTR(tf));
     if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                               memory_order_release, memory_order_relaxed))
       return;
   }
 }
 
-/* Push the chain first..last onto h's delayed list.  The list holds blocks of
- * many pages: each link is encoded with the key of its own block's page
- * (delayed_next decodes it), so a block on it still looks free. */
+/* Push the chain first..last (free blocks) onto h's delayed list.  The list
+ * holds blocks of many pages: each link is encoded with the key of its own
+ * block's page (delayed_next decodes it). */
 void delayed_push(heap_t *h, block_t *first, block_t *last) {
   const page_t *lp = page_of(segment_of(last), last);
   uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
-  do last->next = enc(lp, d);
+  do block_set_free(lp, last, d);
   while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, (uintptr_t)first,
                                                 memory_order_release, memory_order_relaxed));
 }

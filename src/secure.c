@@ -95,7 +95,7 @@ void secure_carve(page_t *pg, uint8_t *first, size_t n) {
   uintptr_t next = pg->free;
   for (size_t i = n; i-- > 0;) {
     block_t *b = (block_t *)(first + order[i] * pg->block_size);
-    b->next = enc(pg, next);
+    block_set_free(pg, b, next);
     next = (uintptr_t)b;
   }
   pg->free = next;
@@ -105,16 +105,16 @@ void secure_carve(page_t *pg, uint8_t *first, size_t n) {
 
 void *secure_pop(page_t *pg) {
   uint8_t *b = (uint8_t *)pg->free;
-  uintptr_t next = dec(pg, ((block_t *)b)->next), off = next - (uintptr_t)pg->start;
-  if (next && (off >= page_area(pg) || off * pg->magic >= pg->magic))
+  uintptr_t next = block_next(pg, (uintptr_t)b), off = next - (uintptr_t)pg->start;
+  if (!block_looks_free(pg, b) || (next && (off >= page_area(pg) || off * pg->magic >= pg->magic)))
     hm_fatal("corrupted free list (a write to a freed block?)", b, pg);
-  check_fill(pg, b, sizeof(block_t));
+  check_fill(pg, b, 2 * sizeof(block_t));
   uint64_t bit;
   _Atomic uint64_t *w = bit_of(pg, b, &bit);
   if (atomic_fetch_or_explicit(w, bit, memory_order_relaxed) & bit)
     hm_fatal("heap corruption: a block on the free list is in use", b, pg);
   pg->free = next;
-  ((block_t *)b)->next = 0;
+  ((block_t *)b)[0].next = ((block_t *)b)[1].next = 0;
   page_set_used(pg, page_used(pg) + 1);
   return b;
 }

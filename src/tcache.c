@@ -10,7 +10,7 @@
  * hands back the block freed last, whatever its page (docs/performance.md).
  *
  * A cached block still counts as used on its page; its first word is the
- * page's encoded end of list, so it looks free and a second free of it goes to
+ * page's key, the free mark, so it looks free and a second free of it goes to
  * the slow path, which finds it here (tcache_contains).
  *
  * Size.  Each cache starts at TC_START blocks.  When free finds one full it
