@@ -54,6 +54,23 @@ static void c_foreign(void) {
 static void c_realloc_stack(void) { char buf[256] = {0}; target(buf + 32); void *q = hakmem_realloc(buf + 32, 100); (void)q; }
 static void c_realloc_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 200); (void)p; }
 static void c_sized_wrong(void) { void *p = hakmem_malloc(100); target(p); hakmem_free_sized(p, 100000); }
+/* Another thread's frees into pages their owner parked as full wait on the
+ * owner's delayed list, linked across pages; a second free of one of them is
+ * caught whatever block follows it there */
+static void *thread_free_pair_twice(void *arg) {
+  void **p = arg;
+  hakmem_free(p[0]);
+  hakmem_free(p[1]);
+  target(p[1]);
+  hakmem_free(p[1]);
+  return NULL;
+}
+static void c_small_delayed_twice(void) {
+  static void *p[4096];
+  for (int i = 0; i < 4096; i++) p[i] = hakmem_malloc(100);   /* 112 B: 7 pages, the full ones parked */
+  void *pair[2] = { p[0], p[1000] };
+  in_thread(thread_free_pair_twice, pair);
+}
 static void c_small_owner_remote(void) { owner_then_remote(100); }
 static void c_small_remote_owner(void) { remote_then_owner(100); }
 static void c_small_remote_twice(void) { remote_twice(100); }
@@ -110,6 +127,7 @@ static const struct bad_case {
   {"double free: owner, then another thread (100 B)", "double free", c_small_owner_remote, 1},
   {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},
   {"double free: another thread twice (100 B)", "double free", c_small_remote_twice, 1},
+  {"double free: another thread twice, the block on its owner's delayed list (100 B)", "double free", c_small_delayed_twice, 1},
   {"double free: owner, then another thread (20 KB)", "double free", c_medium_owner_remote, 1},
   {"double free: another thread, then the owner (1 MiB)", "double free", c_large_remote_owner, 1},
   {"double free: another thread twice (1 MiB)", "double free", c_large_remote_twice, 1},
