@@ -337,7 +337,7 @@ void heap_collect_delayed(heap_t *h) {
     uintptr_t next = delayed_next(b, &pg);
     page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
     if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_RECEIVED);
-    ((block_t *)b)->next = 0;           /* freed again below: not a double free */
+    ((block_t *)b)->word = 0;           /* freed again below: not a double free */
     if (atomic_load_explicit(&pg->heap, memory_order_relaxed) == h) heap_free_local(h, pg, (block_t *)b);
     else page_free_remote(pg, (block_t *)b);   /* (not expected: h still owns its parked pages) */
     b = next;

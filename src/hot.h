@@ -23,8 +23,8 @@
 
 HM_INLINE void *hm_page_pop(page_t *pg) {
   block_t *b = (block_t *)pg->free;
-  pg->free = b[1].next ^ pg->pop_key;
-  b[0].next = 0;            /* no longer looks free (the link word stays, as glibc's does) */
+  pg->free = b[1].word ^ pg->pop_key;
+  b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
   page_set_used(pg, page_used(pg) + 1);
   return b;
 }
@@ -52,8 +52,8 @@ HM_INLINE void tc_set(_Atomic uintptr_t *t, uintptr_t w) { atomic_store_explicit
 HM_INLINE block_t *tc_pop(heap_t *h, _Atomic uintptr_t *t) {
   block_t *b = (block_t *)(tc_get(t) & ~TC_ROOM);
   if (b) {
-    tc_set(t, b[1].next ^ h->tc_key);
-    b[0].next = 0;
+    tc_set(t, b[1].word ^ h->tc_key);
+    b[0].word = 0;
   }
   return b;
 }
@@ -61,8 +61,8 @@ HM_INLINE block_t *tc_pop(heap_t *h, _Atomic uintptr_t *t) {
 HM_INLINE bool tc_push(heap_t *h, _Atomic uintptr_t *t, page_t *pg, block_t *b) {
   uintptr_t w = tc_get(t);
   if (!(w & TC_ROOM)) return false;
-  b[0].next = pg->key;                 /* looks free: a second free is caught */
-  b[1].next = w ^ h->tc_key;
+  b[0].word = pg->key;                 /* looks free: a second free is caught */
+  b[1].word = w ^ h->tc_key;
   tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
   return true;
 }
@@ -102,11 +102,11 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, u
  * thread_free with one CAS.  False, b untouched, when the page is parked or
  * being handed over (TF state set): the slow path deals with those. */
 HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
-  uintptr_t data = b[0].next, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
-  b[0].next = pg->key;
+  uintptr_t data = b[0].word, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  b[0].word = pg->key;
   do {
-    if (unlikely(tf & TF_MASK)) { b[0].next = data; return false; }
-    b[1].next = enc(pg, TF_PTR(tf));
+    if (unlikely(tf & TF_MASK)) { b[0].word = data; return false; }
+    b[1].word = enc(pg, TF_PTR(tf));
   } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                                   memory_order_release, memory_order_relaxed));
   if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);

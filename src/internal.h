@@ -94,11 +94,11 @@ static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
-/* A free block (smallest: 16 bytes) holds two words: first its page's key,
- * the mark free() tests for "already free", then the link to the next free
- * block, encoded with the key.  A live block's first word is the program's
- * data, or 0 from malloc. */
-typedef struct block_s { uintptr_t next; } block_t;
+/* A free block (smallest: 16 bytes) holds two words: b[0].word is its page's
+ * key, the mark free() tests for "already free", b[1].word the link to the
+ * next free block, encoded with the key.  A live block's first word is the
+ * program's data, or 0 from malloc. */
+typedef struct block_s { uintptr_t word; } block_t;
 
 struct heap_s;
 struct segment_s;
@@ -189,15 +189,15 @@ static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key
  * the page's key?  The key is random with its top bit set, so a live block
  * looks free by chance with probability 2^-63. */
 static inline bool block_looks_free(const page_t *pg, const void *b) {
-  return ((const block_t *)b)[0].next == pg->key;
+  return ((const block_t *)b)[0].word == pg->key;
 }
 /* Make b a free block of pg whose link leads to next (0: the end). */
 static inline void block_set_free(const page_t *pg, void *b, uintptr_t next) {
-  ((block_t *)b)[0].next = pg->key;
-  ((block_t *)b)[1].next = enc(pg, next);
+  ((block_t *)b)[0].word = pg->key;
+  ((block_t *)b)[1].word = enc(pg, next);
 }
 /* The block after free block b of pg (0: the end). */
-static inline uintptr_t block_next(const page_t *pg, uintptr_t b) { return dec(pg, ((const block_t *)b)[1].next); }
+static inline uintptr_t block_next(const page_t *pg, uintptr_t b) { return dec(pg, ((const block_t *)b)[1].word); }
 
 /* ---- segments ------------------------------------------------------------ */
 typedef struct segment_s {

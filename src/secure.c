@@ -114,7 +114,7 @@ void *secure_pop(page_t *pg) {
   if (atomic_fetch_or_explicit(w, bit, memory_order_relaxed) & bit)
     hm_fatal("heap corruption: a block on the free list is in use", b, pg);
   pg->free = next;
-  ((block_t *)b)[0].next = ((block_t *)b)[1].next = 0;
+  ((block_t *)b)[0].word = ((block_t *)b)[1].word = 0;
   page_set_used(pg, page_used(pg) + 1);
   return b;
 }

@@ -74,8 +74,8 @@ bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
   /* Each cached block holds the cache's word as it was before the block came,
    * room included, for pop to restore: those get the added room too. */
   for (block_t *x = (block_t *)(tc_get(t) & ~TC_ROOM); x;) {
-    uintptr_t below = (x[1].next ^ h->tc_key) + add;
-    x[1].next = below ^ h->tc_key;
+    uintptr_t below = (x[1].word ^ h->tc_key) + add;
+    x[1].word = below ^ h->tc_key;
     x = (block_t *)(below & ~TC_ROOM);
   }
   tc_set(t, tc_get(t) + add);
@@ -108,15 +108,15 @@ static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
   uintptr_t w = tc_get(&h->tc[i]);
   reset(h, i);
   for (block_t *b; (b = (block_t *)(w & ~TC_ROOM)) != NULL;) {
-    w = b[1].next ^ h->tc_key;
-    b[1].next = 0;
+    w = b[1].word ^ h->tc_key;
+    b[1].word = 0;
     release(page_of(segment_of(b), b), b);
   }
 }
 
 /* The owner frees b again, a live block now. */
 static void release_local(page_t *pg, block_t *b) {
-  b->next = 0;
+  b->word = 0;
   page_free_local_slow(pg, b);
 }
 
@@ -142,7 +142,7 @@ void tcache_take(heap_t *h) {
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
   if (!class_cached(c)) return false;
   uint32_t limit = cap_of(h, c - TC_MIN);
-  for (uintptr_t b = tc_get(&h->tc[c - TC_MIN]) & ~TC_ROOM; b && limit--; b = (((block_t *)b)[1].next ^ h->tc_key) & ~TC_ROOM)
+  for (uintptr_t b = tc_get(&h->tc[c - TC_MIN]) & ~TC_ROOM; b && limit--; b = (((block_t *)b)[1].word ^ h->tc_key) & ~TC_ROOM)
     if (b == p) return true;
   return false;
 }
