@@ -61,7 +61,7 @@ HM_INLINE block_t *tc_pop(heap_t *h, _Atomic uintptr_t *t) {
 HM_INLINE bool tc_push(heap_t *h, _Atomic uintptr_t *t, page_t *pg, block_t *b) {
   uintptr_t w = tc_get(t);
   if (!(w & TC_ROOM)) return false;
-  b[0].word = pg->key;                 /* looks free: a second free is caught */
+  block_mark_free(pg, b);              /* a second free is caught */
   b[1].word = w ^ h->tc_key;
   tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
   return true;
@@ -99,11 +99,12 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, u
 }
 
 /* Another thread's block b (not looking free): push it onto its page's
- * thread_free with one CAS.  False, b untouched, when the page is parked or
+ * thread_free with one CAS.  False, with b's first word as it was (its second,
+ * the link of a failed CAS, may have changed), when the page is parked or
  * being handed over (TF state set): the slow path deals with those. */
 HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
   uintptr_t data = b[0].word, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
-  b[0].word = pg->key;
+  block_mark_free(pg, b);
   do {
     if (unlikely(tf & TF_MASK)) { b[0].word = data; return false; }
     b[1].word = enc(pg, TF_PTR(tf));

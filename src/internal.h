@@ -191,9 +191,11 @@ static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key
 static inline bool block_looks_free(const page_t *pg, const void *b) {
   return ((const block_t *)b)[0].word == pg->key;
 }
+/* Give b the mark block_looks_free tests (its link is the caller's). */
+static inline void block_mark_free(const page_t *pg, void *b) { ((block_t *)b)[0].word = pg->key; }
 /* Make b a free block of pg whose link leads to next (0: the end). */
 static inline void block_set_free(const page_t *pg, void *b, uintptr_t next) {
-  ((block_t *)b)[0].word = pg->key;
+  block_mark_free(pg, b);
   ((block_t *)b)[1].word = enc(pg, next);
 }
 /* The block after free block b of pg (0: the end). */

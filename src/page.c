@@ -158,7 +158,7 @@ bool page_unreachable(page_t *pg, uint32_t elsewhere) {
  * we hold a pointer to them. */
 void page_free_remote(page_t *pg, block_t *b) {
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
-  b[0].word = pg->key;                         /* free from now on, whichever list it joins */
+  block_mark_free(pg, b);                      /* free from now on, whichever list it joins */
   for (;;) {
     if ((tf & TF_MASK) == TF_NOTIFY) {
       if (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, (tf & ~(uintptr_t)TF_MASK) | TF_BUSY,
