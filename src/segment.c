@@ -245,6 +245,36 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
   return next;
 }
 
+/* (cache_lock held) Without the purger, a segment pushed out of the cache is
+ * unmapped at once, and takes with it the cached segments next to it in
+ * memory: a teardown that empties many segments (adjacent, from the same
+ * reserve batches) then unmaps them a run at a time instead of one by one,
+ * holding nothing back.  An ascending list for unmap_runs. */
+static segment_t *drop_with_neighbours(segment_t *s) {
+  s->next = NULL;
+  segment_t *first = s, *last = s;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (segment_t *c = cache; c; c = c->next) {
+      if ((uint8_t *)c + c->size == (uint8_t *)first) {
+        list_remove(&cache, c);
+        c->next = first;
+        first = c;
+      } else if ((uint8_t *)last + last->size == (uint8_t *)c) {
+        list_remove(&cache, c);
+        last->next = c;
+        last = c;
+      } else {
+        continue;
+      }
+      cache_count--;
+      grew = true;
+      break;
+    }
+  }
+  return first;
+}
+
 /* An empty segment, on no list any more, goes to the front of the cache as
  * it is (a thread about to need a segment gets resident memory), and is
  * purged there after the delay; the oldest beyond the cache's size is
@@ -270,9 +300,10 @@ static void segment_discard(segment_t *s) {
     retire(drop, now);
     drop = NULL;
   }
+  if (drop) drop = drop_with_neighbours(drop);
   uint64_t due = cache_decay(now, false, false, &unmap);
   pthread_mutex_unlock(&cache_lock);
-  if (drop) { drop->next = unmap; unmap = drop; }   /* (no purger: it goes now) */
+  unmap_runs(drop);
   unmap_runs(unmap);
   if (due) purge_arm(due);
 }
