@@ -570,25 +570,6 @@ TEST(malloc_trim_releases) {
   hakmem_free(q);
 }
 
-/* A single-threaded program has no purger, so the segments its frees push
- * out of the segment cache are unmapped at once; emptied together (as a
- * program's teardown empties them), adjacent ones go with one munmap. */
-TEST(emptied_segments_unmapped_in_runs) {
-  enum { N = 96 };                             /* 96 x 1 MiB: 32 segments */
-  static void *p[N];
-  hakmem_malloc_trim(0);                       /* an empty segment cache */
-  for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(1 << 20); CHECK(p[i] != NULL); memset(p[i], 1, 64); }
-  hakmem_stats_t a, b;
-  hakmem_stats_get(&a);
-  for (int i = 0; i < N; i++) hakmem_free(p[i]);
-  hakmem_stats_get(&b);
-  size_t gone = a.segments - b.segments, calls = b.munmap_calls - a.munmap_calls;
-  NOTE("%zu segments unmapped with %zu munmap calls", gone, calls);
-  CHECKF(gone >= 16, "only %zu of %zu segments unmapped (the cache keeps 8)", gone, a.segments);
-  /* (sanitizer builds map without address hints: fewer segments adjoin) */
-  if (!test_sanitized()) CHECKF(calls * 3 <= gone, "%zu segments unmapped with %zu munmap calls", gone, calls);
-}
-
 /* 100k blocks from every allocation function: all distinct, none
  * overlapping, every usable byte writable; freed in random order. */
 typedef struct { uintptr_t p; size_t u; size_t req; int kind; } rec_t;

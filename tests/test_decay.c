@@ -1,0 +1,78 @@
+/* How a single-threaded program, which has no purger thread, gives memory
+ * back from its own slow paths (segment.c):
+ *
+ *  - a busy thread freeing a big structure over several purge delays: its
+ *    segments drain, and the free runs between their live pages are not
+ *    purged one madvise each while they do; once the frees stop, the next
+ *    checks purge them (RSS falls);
+ *  - segments pushed out of the segment cache are unmapped at once, and
+ *    adjacent ones emptied together go with one munmap.
+ *
+ * One program of its own: the heap's purge delay adapts to what a program
+ * did before (test_api's cases would have lengthened it). */
+#include "test.h"
+#include "hakmem.h"
+
+#include <stdint.h>
+#include <string.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint64_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
+
+TEST(draining_segments_not_purged_piecemeal) {
+  enum { G = 32, PAGES = 250, N = G * PAGES, ROUNDS = 10 };   /* 2 KiB blocks: one-slice pages of 32 */
+  static void *p[N];
+  hakmem_malloc_trim(0);
+  for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(2048); CHECK(p[i] != NULL); memset(p[i], 1, 2048); }
+  /* Every tenth page stays; the others are freed a page's blocks together,
+   * pages in random order, over ROUNDS purge delays. */
+  static int order[PAGES];
+  int n = 0;
+  for (int g = 0; g < PAGES; g++) if (g % 10) order[n++] = g;
+  for (int i = n - 1; i > 0; i--) { int j = (int)(rnd() % (uint64_t)(i + 1)), t = order[i]; order[i] = order[j]; order[j] = t; }
+  hakmem_stats_t a, b, c;
+  long full = test_rss_kib();
+  hakmem_stats_get(&a);
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int k = r * n / ROUNDS; k < (r + 1) * n / ROUNDS; k++)
+      for (int i = 0; i < G; i++) hakmem_free(p[order[k] * G + i]);
+    test_sleep_ms(12);                         /* past the purge delay (10 ms) */
+  }
+  hakmem_stats_get(&b);
+  size_t calls = b.madvise_calls - a.madvise_calls;
+  NOTE("%zu madvise calls while %zu segments drained", calls, a.segments);
+  CHECKF(calls <= 4, "%zu madvise calls while the segments drained", calls);
+  /* The frees have stopped: the thread's next slow paths purge. */
+  for (int r = 0; r < 6; r++) {
+    void *q = hakmem_malloc(96 << 10);          /* a 6-slice page, in one of their free runs */
+    CHECK(q != NULL);
+    memset(q, 2, 64);
+    hakmem_free(q);
+    test_sleep_ms(12);
+  }
+  hakmem_stats_get(&c);
+  long now = test_rss_kib();
+  NOTE("then %zu madvise calls; RSS %ld KiB with all blocks, %ld KiB after", c.madvise_calls - b.madvise_calls, full, now);
+  CHECKF(c.madvise_calls > b.madvise_calls, "nothing purged after the frees stopped");
+  if (!test_sanitized()) CHECKF(full - now >= 8 * 1024, "RSS %ld KiB with all blocks, %ld KiB after", full, now);
+  for (int g = 0; g < PAGES; g += 10)
+    for (int i = 0; i < G; i++) hakmem_free(p[g * G + i]);
+}
+
+TEST(emptied_segments_unmapped_in_runs) {
+  enum { N = 96 };                             /* 96 x 1 MiB: 32 segments */
+  static void *p[N];
+  hakmem_malloc_trim(0);                       /* an empty segment cache */
+  for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(1 << 20); CHECK(p[i] != NULL); memset(p[i], 1, 64); }
+  hakmem_stats_t a, b;
+  hakmem_stats_get(&a);
+  for (int i = 0; i < N; i++) hakmem_free(p[i]);
+  hakmem_stats_get(&b);
+  size_t gone = a.segments - b.segments, calls = b.munmap_calls - a.munmap_calls;
+  NOTE("%zu segments unmapped with %zu munmap calls", gone, calls);
+  CHECKF(gone >= 16, "only %zu of %zu segments unmapped (the cache keeps 8)", gone, a.segments);
+  /* (sanitizer builds map without address hints: fewer segments adjoin) */
+  if (!test_sanitized()) CHECKF(calls * 3 <= gone, "%zu segments unmapped with %zu munmap calls", gone, calls);
+}
+
+TEST_MAIN()
