@@ -433,8 +433,6 @@ void segment_page_free(page_t *pg) {
   segment_after_free(s->heap, s);
 }
 
-/* Decay in two epochs: at each check, purge the slices that were already free
- * at the previous check (free for at least one delay), and age the rest. */
 /* Resize a large block's run of slices in place: shrink always works, growth
  * when the slices after the run are free.  Owner thread only. */
 bool segment_large_resize(page_t *pg, size_t slices) {
@@ -471,12 +469,6 @@ bool segment_large_resize(page_t *pg, size_t slices) {
  * would otherwise purge and refault them over and over (one madvise each time).
  * They go at the next idle check (the purger's, or the thread's exit) or on
  * malloc_trim. */
-/* A busy heap also waits, one more check, before purging the aged slices of
- * a segment that has fewer slices in use than at the last check: a program
- * freeing a big structure empties pages in random order, and the free runs
- * between live ones would go one madvise each, just before the whole
- * segment empties and goes in one (python3 freeing a dict of 100k records:
- * 70 madvise calls, or ~350 when the checks fell inside the frees). */
 #define BUSY_KEEP_MAX 16
 static unsigned busy_keep(heap_t *h) {
   unsigned used = 0;
@@ -484,6 +476,14 @@ static unsigned busy_keep(heap_t *h) {
   return used / 8 < BUSY_KEEP_MAX ? used / 8 : BUSY_KEEP_MAX;
 }
 
+/* Decay in two epochs: at each check, purge the slices that were already free
+ * at the previous check (free for at least one delay), and age the rest.
+ * A busy heap also waits, one more check, before purging the aged slices of
+ * a segment that has fewer slices in use than at the last check: a program
+ * freeing a big structure empties pages in random order, and the free runs
+ * between live ones would go one madvise each, just before the whole
+ * segment empties and goes in one (python3 freeing a dict of 100k records:
+ * 70 madvise calls, or ~350 when the checks fell inside the frees). */
 bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
   uint64_t now = os_now_ms(), next = 0;
   bool watched_released = false;
@@ -499,7 +499,7 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
     else if (s->purge_ms && now >= s->purge_ms) {
       uint64_t purge = s->aged_slices & s->dirty_slices;
       unsigned used = (unsigned)__builtin_popcountll(s->used_slices);
-      if (mode == PURGE_BUSY && used < s->checked_used) purge = 0;   /* draining: see above */
+      if (mode == PURGE_BUSY && used < s->checked_used) purge = 0;   /* draining */
       s->checked_used = used;
       for (uint64_t runs = purge; runs && keep;) {   /* whole runs stay aged, while the budget lasts */
         unsigned i, n;
