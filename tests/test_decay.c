@@ -16,9 +16,6 @@
 #include <stdint.h>
 #include <string.h>
 
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
-
 TEST(draining_segments_not_purged_piecemeal) {
   enum { G = 32, PAGES = 250, N = G * PAGES, ROUNDS = 10 };   /* 2 KiB blocks: one-slice pages of 32 */
   static void *p[N];
@@ -29,7 +26,8 @@ TEST(draining_segments_not_purged_piecemeal) {
   static int order[PAGES];
   int n = 0;
   for (int g = 0; g < PAGES; g++) if (g % 10) order[n++] = g;
-  for (int i = n - 1; i > 0; i--) { int j = (int)(rnd() % (uint64_t)(i + 1)), t = order[i]; order[i] = order[j]; order[j] = t; }
+  uint64_t r = 0x2545F4914F6CDD1Dull;
+  for (int i = n - 1; i > 0; i--) { int j = (int)(test_rand(&r) % (uint64_t)(i + 1)), t = order[i]; order[i] = order[j]; order[j] = t; }
   hakmem_stats_t a, b, c;
   long full = test_rss_kib();
   hakmem_stats_get(&a);
