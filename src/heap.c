@@ -256,7 +256,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
  * SLICE_SIZE: the block then starts inside its run, at the aligned address. */
 static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
   if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
-  segment_huge_cache_tick();
+  segment_caches_tick();
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= LARGE_MAX && slack <= LARGE_MAX) {
     size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;

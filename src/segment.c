@@ -32,6 +32,7 @@ static uint64_t abandoned_delay_ms;          /* (abandoned_lock) adaptive, as fo
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *cache;                     /* empty segments, newest first */
 static size_t cache_count;
+static _Atomic uint64_t cache_due;           /* the next purge or unmap due, 0: none (read unlocked) */
 static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment taken back
                                           soon after its purge was purged too early */
 /* Segments pushed out of the cache wait, by address, for the purger's next
@@ -242,6 +243,7 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
   } else if (retired && (!next || retired_due < next)) {
     next = retired_due;
   }
+  atomic_store_explicit(&cache_due, next, memory_order_relaxed);
   return next;
 }
 
@@ -422,7 +424,7 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
   }
   uint64_t now = os_now_ms();
   schedule_purge(h, s, now);
-  segment_huge_cache_tick();
+  segment_caches_tick();
   if (now >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
   return false;
 }
@@ -569,13 +571,6 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
   return drop;
 }
 
-/* A program with no purger thread (one thread) decays the cache from its
- * slow paths as well: a huge block it freed would otherwise stay resident
- * until its next huge free. */
-void segment_huge_cache_tick(void) {
-  uint64_t due = atomic_load_explicit(&huge_due, memory_order_relaxed);
-  if (due && os_now_ms() >= due) segment_huge_cache_purge(false, NULL);
-}
 
 static void unmap_list(segment_t *s) {
   while (s) {
@@ -744,6 +739,25 @@ bool segment_huge_cache_purge(bool force, uint64_t *next) {
   bool any = drop != NULL;
   unmap_list(drop);
   return any;
+}
+
+/* A program with no purger thread (one thread) decays the shared caches from
+ * its slow paths as well: an empty segment or a huge block it freed would
+ * otherwise stay resident until the next one is freed.  Two loads while
+ * nothing is due. */
+void segment_caches_tick(void) {
+  uint64_t huge = atomic_load_explicit(&huge_due, memory_order_relaxed);
+  uint64_t segs = atomic_load_explicit(&cache_due, memory_order_relaxed);
+  if (!huge && !segs) return;
+  uint64_t now = os_now_ms();
+  if (huge && now >= huge) segment_huge_cache_purge(false, NULL);
+  if (segs && now >= segs && !purge_running()) {
+    segment_t *unmap = NULL;
+    pthread_mutex_lock(&cache_lock);
+    cache_decay(now, false, false, &unmap);
+    pthread_mutex_unlock(&cache_lock);
+    unmap_runs(unmap);
+  }
 }
 
 /* ---- census ------------------------------------------------------------- */

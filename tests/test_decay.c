@@ -6,7 +6,9 @@
  *    purged one madvise each while they do; once the frees stop, the next
  *    checks purge them (RSS falls);
  *  - segments pushed out of the segment cache are unmapped at once, and
- *    adjacent ones emptied together go with one munmap.
+ *    adjacent ones emptied together go with one munmap;
+ *  - the segments the cache keeps are purged once their delay has passed,
+ *    from the thread's next slow paths, not only when another segment empties.
  *
  * One program of its own: the heap's purge delay adapts to what a program
  * did before (test_api's cases would have lengthened it). */
@@ -71,6 +73,33 @@ TEST(emptied_segments_unmapped_in_runs) {
   CHECKF(gone >= 16, "only %zu of %zu segments unmapped (the cache keeps 8)", gone, a.segments);
   /* (sanitizer builds map without address hints: fewer segments adjoin) */
   if (!test_sanitized()) CHECKF(calls * 3 <= gone, "%zu segments unmapped with %zu munmap calls", gone, calls);
+}
+
+TEST(cached_segments_purged_after_delay) {
+  enum { N = 12 };                             /* 12 x 1 MiB, written: 4 segments */
+  static void *p[N];
+  hakmem_malloc_trim(0);
+  for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(1 << 20); CHECK(p[i] != NULL); memset(p[i], 1, 1 << 20); }
+  for (int i = 0; i < N; i++) hakmem_free(p[i]);
+  hakmem_stats_t a, b;
+  hakmem_stats_get(&a);
+  long full = test_rss_kib();
+  CHECKF(a.cached >= (size_t)8 << 20, "%zu bytes of empty segments cached", a.cached);
+  /* Work that frees a page now and then, long after the cache's delay. */
+  for (int r = 0; r < 6; r++) {
+    test_sleep_ms(12);
+    void *q = hakmem_malloc(96 << 10);
+    CHECK(q != NULL);
+    memset(q, 2, 64);
+    hakmem_free(q);
+  }
+  hakmem_stats_get(&b);
+  long now = test_rss_kib();
+  NOTE("%zu MiB of empty segments cached; committed %zu -> %zu MiB, RSS %ld -> %ld KiB",
+       a.cached >> 20, a.committed >> 20, b.committed >> 20, full, now);
+  CHECKF(a.committed - b.committed >= a.cached / 2, "committed %zu -> %zu bytes with %zu cached",
+         a.committed, b.committed, a.cached);
+  if (!test_sanitized()) CHECKF(full - now >= 6 * 1024, "RSS %ld -> %ld KiB", full, now);
 }
 
 TEST_MAIN()
