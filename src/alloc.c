@@ -123,7 +123,15 @@ void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
   hm_free_sized(p, size);
 }
 
+/* redis and sqlite3 call this on every malloc and free (their memory
+ * accounting): a valid block takes free's first steps, anything else
+ * lookup(), which reports it. */
 size_t hm_malloc_usable_size(const void *p) {
+  if (likely(segment_known(p))) {
+    const page_t *pg = page_of(segment_of(p), p);
+    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
+    if (likely(hm_block_start(pg, page_area(pg), off))) return pg->block_size;
+  }
   if (!p) return 0;
   segment_t *s;
   return lookup(p, &s, "malloc_usable_size")->block_size;

@@ -53,6 +53,8 @@ static void c_foreign(void) {
 }
 static void c_realloc_stack(void) { char buf[256] = {0}; target(buf + 32); void *q = hakmem_realloc(buf + 32, 100); (void)q; }
 static void c_realloc_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 200); (void)p; }
+static void c_usable_stack(void) { char buf[256] = {0}; target(buf + 16); (void)hakmem_malloc_usable_size(buf + 16); }
+static void c_usable_interior(void) { char *p = hakmem_malloc(100); target(p + 16); (void)hakmem_malloc_usable_size(p + 16); }
 static void c_sized_wrong(void) { void *p = hakmem_malloc(100); target(p); hakmem_free_sized(p, 100000); }
 /* Another thread's frees into pages their owner parked as full wait on the
  * owner's delayed list, linked across pages; a second free of one of them is
@@ -123,6 +125,8 @@ static const struct bad_case {
   {"realloc after free", "realloc of a freed block", c_realloc_freed, 1},
   {"double free of a block deep in the thread cache (8 KiB)", "double free", c_double_cached, 1},
   {"realloc after free (8 KiB, in the thread cache)", "realloc of a freed block", c_realloc_cached, 1},
+  {"malloc_usable_size of a stack address", "malloc_usable_size of a pointer hakmem did not allocate", c_usable_stack, 1},
+  {"malloc_usable_size of p+16 (100 B block)", "malloc_usable_size of a pointer into the middle", c_usable_interior, 1},
   {"free_sized with a too large size", "sized free", c_sized_wrong, 1},
   {"double free: owner, then another thread (100 B)", "double free", c_small_owner_remote, 1},
   {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},
