@@ -195,7 +195,21 @@ void *hm_pvalloc(size_t n) {
   return aligned_alloc_impl(OS_PAGE, n);
 }
 
-void *hm_realloc(void *p, size_t n) {
+/* realloc's most common call, a buffer grown in small steps that still fits
+ * its block: free's checks, inline, and no lookup() (which, with the rest of
+ * hm_realloc, was 43 % of realloc-256k's time).  A block that looks free, a
+ * huge one and the hardened mode take the full path. */
+HM_INLINE bool realloc_fits(void *p, size_t n) {
+  if (!segment_known(p) || hm_secure) return false;
+  page_t *pg = page_of(segment_of(p), p);
+  size_t usable = pg->block_size;     /* (at least 16 on a real page: n is not 0) */
+  if (n > usable || n < usable / 2 || !hm_block_start(pg, page_area(pg), (uintptr_t)p - (uintptr_t)pg->start))
+    return false;
+  if (pg->cls < CLASSES) return !block_looks_free(pg, p);
+  return pg->cls == CLASS_LARGE && !atomic_load_explicit(&pg->freed, memory_order_relaxed);
+}
+
+static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   if (!p) return hm_malloc_fast(n);
   if (n == 0) { hm_free_fast(p); return NULL; }   /* glibc frees and returns NULL */
   segment_t *s;
@@ -229,6 +243,11 @@ void *hm_realloc(void *p, size_t n) {
   memcpy(q, p, n < usable ? n : usable);
   hm_free_block(p, false);   /* a buffer's old size: not worth a thread cache's room */
   return q;
+}
+
+void *hm_realloc(void *p, size_t n) {
+  if (likely(realloc_fits(p, n))) return p;
+  return realloc_slow(p, n);
 }
 
 void *hm_reallocarray(void *p, size_t n, size_t size) {

@@ -55,6 +55,8 @@ static void c_realloc_stack(void) { char buf[256] = {0}; target(buf + 32); void 
 static void c_realloc_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 200); (void)p; }
 static void c_usable_stack(void) { char buf[256] = {0}; target(buf + 16); (void)hakmem_malloc_usable_size(buf + 16); }
 static void c_usable_interior(void) { char *p = hakmem_malloc(100); target(p + 16); (void)hakmem_malloc_usable_size(p + 16); }
+/* a size the freed block would still hold: realloc's in-place check */
+static void c_realloc_freed_fits(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 90); (void)p; }
 static void c_sized_wrong(void) { void *p = hakmem_malloc(100); target(p); hakmem_free_sized(p, 100000); }
 /* Another thread's frees into pages their owner parked as full wait on the
  * owner's delayed list, linked across pages; a second free of one of them is
@@ -80,13 +82,16 @@ static void c_medium_owner_remote(void) { owner_then_remote(20000); }
 static void c_large_remote_owner(void) { remote_then_owner(1 << 20); }
 static void c_large_remote_twice(void) { remote_twice(1 << 20); }
 static void c_realloc_remote_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); in_thread(thread_realloc, p); }
-static void c_realloc_large_freed(void) {
+/* a 1 MiB block another thread freed, realloc'd to n */
+static void realloc_large_freed(size_t n) {
   void *p = hakmem_malloc(1 << 20);
   in_thread(thread_free, p);
   target(p);
-  p = hakmem_realloc(p, 2 << 20);
+  p = hakmem_realloc(p, n);
   (void)p;
 }
+static void c_realloc_large_freed(void) { realloc_large_freed(2 << 20); }
+static void c_realloc_large_freed_fits(void) { realloc_large_freed(3 << 18); }
 /* 4-32 KiB blocks wait in the thread cache after free: a is second there */
 static void c_double_cached(void) {
   void *a = hakmem_malloc(8192), *b = hakmem_malloc(8192);
@@ -123,6 +128,8 @@ static const struct bad_case {
   {"free of an mmap'd page", "did not allocate", c_foreign, 1},
   {"realloc of a stack address", "realloc of a pointer hakmem did not allocate", c_realloc_stack, 1},
   {"realloc after free", "realloc of a freed block", c_realloc_freed, 1},
+  {"realloc after free, to a size the block holds (100 B)", "realloc of a freed block", c_realloc_freed_fits, 1},
+  {"realloc after another thread freed, to a size the block holds (1 MiB)", "realloc of a freed block|not an allocated block", c_realloc_large_freed_fits, 1},
   {"double free of a block deep in the thread cache (8 KiB)", "double free", c_double_cached, 1},
   {"realloc after free (8 KiB, in the thread cache)", "realloc of a freed block", c_realloc_cached, 1},
   {"malloc_usable_size of a stack address", "malloc_usable_size of a pointer hakmem did not allocate", c_usable_stack, 1},
