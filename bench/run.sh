@@ -69,6 +69,7 @@ mixed          default  $B/random_mixed 10000000 400 16 32768 1
 app            default  $B/random_mixed 20000000 400 16 32768 1 app
 fixed-64       default  $B/fixed_size 50000000 64 100
 fixed-4k       default  $B/fixed_size 20000000 4096 25
+aligned-64     default  $B/fixed_size 30000000 200 64 64
 realloc        default  $B/realloc_growth 4000000 16 1048576 256
 realloc-64     full     $B/realloc_growth 2000000 64 524288 512
 realloc-2m     full     $B/realloc_growth 2000000 16 2000000 1024

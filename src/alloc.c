@@ -154,19 +154,50 @@ void *hm_calloc(size_t n, size_t size) {
   return p;
 }
 
-static void *aligned_alloc_impl(size_t align, size_t n) {
+/* Pages start on slice boundaries, so the blocks of a class whose size is a
+ * multiple of align are aligned.  A size rounded up to a power of two align
+ * up to TABLE_MAX has such a class (class sizes are 5-8 times a power of
+ * two; test_sizeclass.c checks every case), so aligned requests there take
+ * malloc's fast path: alignas(64) objects in C++, SIMD types in Rust.  NULL:
+ * take aligned_slow (errno untouched). */
+HM_INLINE void *aligned_try(size_t align, size_t n) {
+  heap_t *h = hm_tls_heap;
+  size_t c, m = (n + align - 1) & ~(align - 1);
+  if (align <= 16) return hm_malloc_try(h, n, &c);
+  /* (not 0, whose class is 16 bytes; no overflow; stats mode counts the size asked) */
+  if (m - 1 >= TABLE_MAX || m < n || hm_slow_mode) return NULL;
+  return hm_malloc_try(h, m, &c);
+}
+
+static HM_NOINLINE void *aligned_slow(size_t align, size_t n) {
   if (align <= 16) return hm_malloc_fast(n);
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
   return heap_malloc_aligned(hm_tls_heap, n, align);
 }
 
+HM_INLINE void *aligned_alloc_impl(size_t align, size_t n) {
+  void *p = aligned_try(align, n);
+  return likely(p != NULL) ? p : aligned_slow(align, n);
+}
+
 static bool pow2(size_t a) { return a && !(a & (a - 1)); }
+
+/* posix_memalign reports ENOMEM, it does not set errno. */
+static HM_NOINLINE int posix_memalign_slow(void **out, size_t align, size_t n) {
+  int saved = errno;
+  void *p = aligned_slow(align, n);
+  if (!p) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
 
 int hm_posix_memalign(void **out, size_t align, size_t n) {
   if (!pow2(align) || align % sizeof(void *)) return EINVAL;
-  int saved = errno;
-  void *p = aligned_alloc_impl(align, n);
-  if (!p) { errno = saved; return ENOMEM; }
+  void *p = aligned_try(align, n);
+  if (unlikely(!p)) return posix_memalign_slow(out, align, n);
   *out = p;
   return 0;
 }

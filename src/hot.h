@@ -74,22 +74,29 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
   return b;
 }
 
+/* A block of n's class from h's thread cache or current page, or NULL with
+ * *c the class for heap_malloc_slow (CLASS_LARGE above the classes). */
+HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
+  if (likely(n <= TC_MIN_SIZE)) {
+    *c = hm_class_table[(n + 15) >> 4];
+  } else if (n <= TABLE_MAX) {
+    *c = hm_class_table[(n + 15) >> 4];
+    void *b = hm_tcache_pop(h, *c);
+    if (b) return b;
+  } else {
+    if (unlikely(n > MEDIUM_MAX)) { *c = CLASS_LARGE; return NULL; }
+    *c = size_class(n);
+  }
+  page_t *pg = h->current[*c];
+  if (likely(pg->free != 0)) return hm_page_pop(pg);
+  return NULL;
+}
+
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   size_t c;
-  if (likely(n <= TC_MIN_SIZE)) {
-    c = hm_class_table[(n + 15) >> 4];
-  } else if (n <= TABLE_MAX) {
-    c = hm_class_table[(n + 15) >> 4];
-    void *b = hm_tcache_pop(h, c);
-    if (b) return b;
-  } else {
-    if (unlikely(n > MEDIUM_MAX)) return heap_malloc_slow(h, n, CLASS_LARGE);
-    c = size_class(n);
-  }
-  page_t *pg = h->current[c];
-  if (likely(pg->free != 0)) return hm_page_pop(pg);
-  return heap_malloc_slow(h, n, c);
+  void *p = hm_malloc_try(h, n, &c);
+  return likely(p != NULL) ? p : heap_malloc_slow(h, n, c);
 }
 
 /* Is offset off of pg's area a block start?  (The multiply by magic,

@@ -227,6 +227,15 @@ TEST(cached_huge_block_purged_by_slow_paths) {
     CHECKF(cached - now >= 6 * 1024, "the cached block still resident %llu ms after its free", (unsigned long long)ms);
 }
 
+/* aligned_alloc's fast path (alloc.c) rounds the size up to the alignment
+ * and takes that size's class: the class size must be a multiple of it. */
+TEST(aligned_sizes_have_aligned_classes) {
+  for (size_t align = 32; align <= TABLE_MAX; align <<= 1)
+    for (size_t m = align; m <= TABLE_MAX; m += align)
+      CHECKF(class_size(hm_class_table[(m + 15) >> 4]) % align == 0, "size %zu (align %zu) has class size %zu", m,
+             align, class_size(hm_class_table[(m + 15) >> 4]));
+}
+
 TEST(aligned_uses_classes) {
   /* alignments up to a slice come from size classes that are multiples of it */
   for (size_t align = 32; align <= SLICE_SIZE; align <<= 1) {
