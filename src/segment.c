@@ -571,7 +571,6 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
   return drop;
 }
 
-
 static void unmap_list(segment_t *s) {
   while (s) {
     segment_t *next = s->next;
