@@ -24,6 +24,9 @@
 HM_INLINE void *hm_page_pop(page_t *pg) {
   block_t *b = (block_t *)pg->free;
   pg->free = b[1].word ^ pg->pop_key;
+  /* The next block is often one another thread freed, its line in that
+   * thread's cache or evicted since: the next malloc reads and writes it. */
+  __builtin_prefetch((void *)pg->free, 1);
   b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
   page_set_used(pg, page_used(pg) + 1);
   return b;
