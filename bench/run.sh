@@ -74,22 +74,22 @@ realloc        default  $B/realloc_growth 4000000 16 1048576 256
 realloc-64     full     $B/realloc_growth 2000000 64 524288 512
 realloc-2m     full     $B/realloc_growth 2000000 16 2000000 1024
 realloc-256k   full     $B/realloc_growth 2000000 64 262144 256
-remote0-t2     default  $B/mt_remote 2 5000000 400 16 2048 0
-remote50-t2    default  $B/mt_remote 2 3000000 400 16 2048 50
-remote90-t2    default  $B/mt_remote 2 3000000 400 16 2048 90
-remote0-t4     default  $B/mt_remote 4 2500000 400 16 2048 0
-remote50-t4    default  $B/mt_remote 4 1500000 400 16 2048 50
-remote90-t4    default  $B/mt_remote 4 1500000 400 16 2048 90
+remote0-t2     default  $B/mt_remote 2 20000000 400 16 2048 0
+remote50-t2    default  $B/mt_remote 2 12000000 400 16 2048 50
+remote90-t2    default  $B/mt_remote 2 12000000 400 16 2048 90
+remote0-t4     default  $B/mt_remote 4 10000000 400 16 2048 0
+remote50-t4    default  $B/mt_remote 4 6000000 400 16 2048 50
+remote90-t4    default  $B/mt_remote 4 6000000 400 16 2048 90
 remote0-t8     full     $B/mt_remote 8 5000000 400 16 2048 0
 remote50-t8    full     $B/mt_remote 8 3000000 400 16 2048 50
 remote90-t8    full     $B/mt_remote 8 3000000 400 16 2048 90
 larson-t2      default  $B/larson 2 1 1000 8 1024 20000
 larson-t4      default  $B/larson 4 1 1000 8 1024 20000
 larson-t8      full     $B/larson 8 1 1000 8 1024 20000
-midlarge-t2    default  $B/mt_remote 2 5000000 400 8192 32768 0 mid
+midlarge-t2    default  $B/mt_remote 2 20000000 400 8192 32768 0 mid
 midlarge-t4    full     $B/mt_remote 4 5000000 400 8192 32768 0 mid
-prodcons-t2    default  $B/prodcons 1 5000000 16 1024
-prodcons-t4    full     $B/prodcons 2 2500000 16 1024
+prodcons-t2    default  $B/prodcons 1 20000000 16 1024
+prodcons-t4    full     $B/prodcons 2 10000000 16 1024
 falseshare-t2  default  $B/false_sharing 2 1000000 8 100
 falseshare-t4  full     $B/false_sharing 4 500000 8 100
 churn          default  $B/thread_churn 500 4 2000
