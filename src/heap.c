@@ -248,7 +248,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
   page_t *pg = find_page(h, c);
   if (!pg) return enomem();
-  return unlikely(hm_secure) ? secure_pop(pg) : hm_page_pop(pg);
+  return unlikely(hm_secure) ? secure_pop(pg) : hm_page_pop(pg, false);
 }
 
 /* Blocks above the largest class: a run of slices in one of the heap's
@@ -256,7 +256,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
  * SLICE_SIZE: the block then starts inside its run, at the aligned address. */
 static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
   if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
-  segment_caches_tick();
+  segment_caches_tick(0);
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= LARGE_MAX && slack <= LARGE_MAX) {
     size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;

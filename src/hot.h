@@ -21,12 +21,16 @@
 #include "internal.h"
 #include "options.h"
 
-HM_INLINE void *hm_page_pop(page_t *pg) {
+/* prefetch: the next block is often one another thread freed, its line in
+ * that thread's cache or evicted since, and the next malloc reads and writes
+ * it: fetch it now.  (For the small classes: a bigger class's next block is a
+ * page or more away, and 64 blocks of 40-103 KB allocated and freed in turn
+ * ran 13 % slower with it.) */
+HM_INLINE void *hm_page_pop(page_t *pg, bool prefetch) {
   block_t *b = (block_t *)pg->free;
-  pg->free = b[1].word ^ pg->pop_key;
-  /* The next block is often one another thread freed, its line in that
-   * thread's cache or evicted since: the next malloc reads and writes it. */
-  __builtin_prefetch((void *)pg->free, 1);
+  uintptr_t next = b[1].word ^ pg->pop_key;
+  pg->free = next;
+  if (prefetch) __builtin_prefetch((void *)next, 1);
   b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
   page_set_used(pg, page_used(pg) + 1);
   return b;
@@ -82,6 +86,8 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   if (likely(n <= TC_MIN_SIZE)) {
     *c = hm_class_table[(n + 15) >> 4];
+    page_t *pg = h->current[*c];
+    return likely(pg->free != 0) ? hm_page_pop(pg, true) : NULL;
   } else if (n <= TABLE_MAX) {
     *c = hm_class_table[(n + 15) >> 4];
     void *b = hm_tcache_pop(h, *c);
@@ -91,7 +97,7 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
     *c = size_class(n);
   }
   page_t *pg = h->current[*c];
-  if (likely(pg->free != 0)) return hm_page_pop(pg);
+  if (likely(pg->free != 0)) return hm_page_pop(pg, false);
   return NULL;
 }
 

@@ -322,7 +322,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
 void    segment_huge_free(segment_t *s);
 void   *segment_huge_resize(segment_t *s, page_t *pg, size_t n);   /* NULL: could not, block intact */
 bool    segment_huge_cache_purge(bool force, uint64_t *next);
-void    segment_caches_tick(void);                     /* purge the caches' due entries, if any (two loads if none) */
+void    segment_caches_tick(uint64_t now);             /* purge the caches' due entries, if any (two loads if none) */
 enum purge_mode { PURGE_BUSY, PURGE_IDLE, PURGE_FORCE };   /* the owner's slow path; a quiet or exiting heap; every free slice now */
 bool    segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch);
 uint64_t segment_abandon(segment_t *s);

@@ -424,7 +424,7 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
   }
   uint64_t now = os_now_ms();
   schedule_purge(h, s, now);
-  segment_caches_tick();
+  segment_caches_tick(now);
   if (now >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
   return false;
 }
@@ -743,12 +743,14 @@ bool segment_huge_cache_purge(bool force, uint64_t *next) {
 /* A program with no purger thread (one thread) decays the shared caches from
  * its slow paths as well: an empty segment or a huge block it freed would
  * otherwise stay resident until the next one is freed.  Two loads while
- * nothing is due. */
-void segment_caches_tick(void) {
+ * nothing is due; now: the time, or 0 for "read it if something is due"
+ * (a clock read costs ~20 ns, and a program that cycles pages frees one
+ * every few mallocs). */
+void segment_caches_tick(uint64_t now) {
   uint64_t huge = atomic_load_explicit(&huge_due, memory_order_relaxed);
   uint64_t segs = atomic_load_explicit(&cache_due, memory_order_relaxed);
   if (!huge && !segs) return;
-  uint64_t now = os_now_ms();
+  if (!now) now = os_now_ms();
   if (huge && now >= huge) segment_huge_cache_purge(false, NULL);
   if (segs && now >= segs && !purge_running()) {
     segment_t *unmap = NULL;
