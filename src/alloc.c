@@ -123,15 +123,20 @@ void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
   hm_free_sized(p, size);
 }
 
+/* The page of p if p is a block start in one of hakmem's segments (free's
+ * first checks, reporting nothing), else NULL: what the calls made on every
+ * malloc or free of some programs need before lookup(), which reports. */
+HM_INLINE page_t *block_page(const void *p) {
+  if (!segment_known(p)) return NULL;
+  page_t *pg = page_of(segment_of(p), p);
+  return hm_block_start(pg, page_area(pg), (uintptr_t)p - (uintptr_t)pg->start) ? pg : NULL;
+}
+
 /* redis and sqlite3 call this on every malloc and free (their memory
- * accounting): a valid block takes free's first steps, anything else
- * lookup(), which reports it. */
+ * accounting). */
 size_t hm_malloc_usable_size(const void *p) {
-  if (likely(segment_known(p))) {
-    const page_t *pg = page_of(segment_of(p), p);
-    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-    if (likely(hm_block_start(pg, page_area(pg), off))) return pg->block_size;
-  }
+  const page_t *pg = block_page(p);
+  if (likely(pg != NULL)) return pg->block_size;
   if (!p) return 0;
   segment_t *s;
   return lookup(p, &s, "malloc_usable_size")->block_size;
@@ -162,8 +167,9 @@ void *hm_calloc(size_t n, size_t size) {
  * take aligned_slow (errno untouched). */
 HM_INLINE void *aligned_try(size_t align, size_t n) {
   heap_t *h = hm_tls_heap;
-  size_t c, m = (n + align - 1) & ~(align - 1);
+  size_t c;
   if (align <= 16) return hm_malloc_try(h, n, &c);
+  size_t m = (n + align - 1) & ~(align - 1);
   /* (not 0, whose class is 16 bytes; no overflow; stats mode counts the size asked) */
   if (m - 1 >= TABLE_MAX || m < n || hm_slow_mode) return NULL;
   return hm_malloc_try(h, m, &c);
@@ -231,11 +237,10 @@ void *hm_pvalloc(size_t n) {
  * hm_realloc, was 43 % of realloc-256k's time).  A block that looks free, a
  * huge one and the hardened mode take the full path. */
 HM_INLINE bool realloc_fits(void *p, size_t n) {
-  if (!segment_known(p) || hm_secure) return false;
-  page_t *pg = page_of(segment_of(p), p);
+  page_t *pg = hm_secure ? NULL : block_page(p);
+  if (!pg) return false;
   size_t usable = pg->block_size;     /* (at least 16 on a real page: n is not 0) */
-  if (n > usable || n < usable / 2 || !hm_block_start(pg, page_area(pg), (uintptr_t)p - (uintptr_t)pg->start))
-    return false;
+  if (n > usable || n < usable / 2) return false;
   if (pg->cls < CLASSES) return !block_looks_free(pg, p);
   return pg->cls == CLASS_LARGE && !atomic_load_explicit(&pg->freed, memory_order_relaxed);
 }

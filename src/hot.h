@@ -108,12 +108,6 @@ HM_INLINE void *hm_malloc_fast(size_t n) {
   return likely(p != NULL) ? p : heap_malloc_slow(h, n, c);
 }
 
-/* Is offset off of pg's area a block start?  (The multiply by magic,
- * ceil(2^64 / block size), tests divisibility without a division.) */
-HM_INLINE bool hm_block_start(const page_t *pg, uintptr_t area, uintptr_t off) {
-  return off < area && off * pg->magic < pg->magic;
-}
-
 /* May b, at offset off of its page, be freed here: is it a block start, and
  * does it not look free already (block_looks_free)? */
 HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, uintptr_t off) {

@@ -185,6 +185,11 @@ static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key;
 static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
 static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key = k | (1ull << 63); }
 
+/* Is offset off of pg's area a block start?  (The multiply by magic,
+ * ceil(2^64 / block size), tests divisibility without a division.) */
+static inline bool hm_block_start(const page_t *pg, uintptr_t area, uintptr_t off) {
+  return off < area && off * pg->magic < pg->magic;
+}
 /* Does block b (of pg, not known to be live) look free: is its first word
  * the page's key?  The key is random with its top bit set, so a live block
  * looks free by chance with probability 2^-63. */

@@ -95,8 +95,7 @@ void page_collect(page_t *pg) {
 
 /* A link read from a free list must lead to a block start of the page. */
 static void check_link(page_t *pg, uintptr_t q) {
-  uintptr_t off = q - (uintptr_t)pg->start;
-  if (off >= page_area(pg) || off * pg->magic >= pg->magic)
+  if (!hm_block_start(pg, page_area(pg), q - (uintptr_t)pg->start))
     hm_fatal("corrupted free list (a write to a freed block?)", (void *)q, pg);
 }
 

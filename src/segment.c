@@ -310,15 +310,19 @@ static void segment_discard(segment_t *s) {
   if (due) purge_arm(due);
 }
 
-/* The purger: purge cached segments whose delay has passed; next deadline. */
-uint64_t segment_cache_decay(void) {
+/* Purge the cached segments whose delay has passed at now, and unmap the
+ * retired ones when due (purger: the purger's pass); next deadline. */
+static uint64_t cache_decay_now(uint64_t now, bool purger) {
   segment_t *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
-  uint64_t next = cache_decay(os_now_ms(), false, true, &unmap);
+  uint64_t next = cache_decay(now, false, purger, &unmap);
   pthread_mutex_unlock(&cache_lock);
   unmap_runs(unmap);
   return next;
 }
+
+/* The purger's pass over the segment cache. */
+uint64_t segment_cache_decay(void) { return cache_decay_now(os_now_ms(), true); }
 
 /* An empty segment leaves its heap. */
 void segment_release_empty(heap_t *h, segment_t *s) {
@@ -752,13 +756,7 @@ void segment_caches_tick(uint64_t now) {
   if (!huge && !segs) return;
   if (!now) now = os_now_ms();
   if (huge && now >= huge) segment_huge_cache_purge(false, NULL);
-  if (segs && now >= segs && !purge_running()) {
-    segment_t *unmap = NULL;
-    pthread_mutex_lock(&cache_lock);
-    cache_decay(now, false, false, &unmap);
-    pthread_mutex_unlock(&cache_lock);
-    unmap_runs(unmap);
-  }
+  if (segs && now >= segs && !purge_running()) cache_decay_now(now, false);
 }
 
 /* ---- census ------------------------------------------------------------- */
