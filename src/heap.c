@@ -239,6 +239,10 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   if (unlikely(hm_slow_mode)) {
     if (class_cached(c) && hm_tcache_on) {   /* (the fast path, which would pop, keeps out) */
       void *b = tc_pop(h, &h->tc[c - TC_MIN]);
+      if (b && c >= TC_BIG) {
+        h->tc_room += hm_big_size[c - TC_BIG];
+        h->tc_popped[c - TC_BIG] = 1;
+      }
       stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
       if (b) return b;
     }
@@ -287,10 +291,27 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
   return pg->start;
 }
 
+#define HEAP_TICKS 64
+
+/* Every HEAP_TICKS slow-path events (here and tcache_push_big): the decays
+ * that page frees drive (segment_after_free), for a program that frees no
+ * page for a while, its blocks waiting in thread caches.  Without a clock
+ * read when nothing waits for one. */
+void heap_tick(heap_t *h) {
+  h->ticks = HEAP_TICKS;
+  segment_caches_tick(0);
+  bool cached = tcache_big_held(h);
+  if (!cached && !h->next_purge_ms) return;
+  uint64_t now = os_now_ms();
+  if (h->next_purge_ms && now >= h->next_purge_ms) segment_purge_due(h, PURGE_BUSY, NULL);
+  if (cached) tcache_decay(h, now);
+}
+
 void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
   heap_enter(h);
   void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, c);
+  if (--h->ticks == 0) heap_tick(h);
   heap_leave(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
@@ -456,6 +477,7 @@ heap_t *heap_get(void) {
   for (size_t c = 0; c < CLASSES; c++) h->current[c] = &hm_page_empty;
   h->rand = os_random() | 1;
   tcache_init(h);
+  h->ticks = HEAP_TICKS;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->live = true;
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);

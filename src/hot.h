@@ -8,9 +8,9 @@
  *                          map), page = segment->slice_page[slice of p]; if p
  *                          is a block start that does not look already freed,
  *                          and page->local says this thread owns the page:
- *                          push it on page->free, or, for 4-32 KiB classes
- *                          (local = owner + 1), on the thread cache of its
- *                          class if that has room; if another thread owns the
+ *                          push it on page->free, or, for classes from 4 KiB
+ *                          (local = owner + 1, or + 2 above 32 KiB), on the
+ *                          thread cache of its class if that has room; if another thread owns the
  *                          page, push it on the page's thread_free with one CAS.
  * No locks, no atomic read-modify-write but that CAS, no per-block header.
  * Anything unusual (first use by a thread, empty page, bigger sizes, another
@@ -81,6 +81,17 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
   return b;
 }
 
+/* The same for class c above 32 KiB, whose caches count their bytes. */
+HM_INLINE void *hm_tcache_pop_big(heap_t *h, size_t c) {
+  block_t *b = NULL;
+  if (tc_enter(h) && (b = tc_pop(h, &h->tc[c - TC_MIN])) != NULL) {
+    h->tc_room += hm_big_size[c - TC_BIG];
+    h->tc_popped[c - TC_BIG] = 1;
+  }
+  tc_leave(h);
+  return b;
+}
+
 /* A block of n's class from h's thread cache or current page, or NULL with
  * *c the class for heap_malloc_slow (CLASS_LARGE above the classes). */
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
@@ -95,6 +106,8 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   } else {
     if (unlikely(n > MEDIUM_MAX)) { *c = CLASS_LARGE; return NULL; }
     *c = size_class(n);
+    void *b = hm_tcache_pop_big(h, *c);
+    if (b) return b;
   }
   page_t *pg = h->current[*c];
   if (likely(pg->free != 0)) return hm_page_pop(pg, false);
@@ -171,6 +184,12 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
       if (likely(hm_freeable(pg, b, area, off))) {
         if (to_cache) hm_tcache_push(h, pg, b);
+        else hm_page_push(h, pg, b);
+        return;
+      }
+    } else if (local == (uintptr_t)h + 2) {          /* the same, a block above 32 KiB */
+      if (likely(hm_freeable(pg, b, area, off))) {
+        if (to_cache) tcache_push_big(h, pg, b);
         else hm_page_push(h, pg, b);
         return;
       }

@@ -80,17 +80,22 @@ static inline size_t class_size(size_t c) {
   return ((size_t)1 << b) + (k + 1) * ((size_t)1 << (b - 2));
 }
 
-/* A thread cache (tcache.c): freed blocks of one class of 4-32 KiB, last
+/* A thread cache (tcache.c): freed blocks of one class from 4 KiB up, last
  * freed first, in one word: the first block's address and, in the low bits
  * (blocks of these classes are multiples of 512 bytes from a 64 KiB boundary),
  * how many more blocks it may take.  A cached block's first word is its
  * page's key (it looks free), its second the cache's word as
- * it was before the block came, encoded with the heap's tc_key. */
+ * it was before the block came, encoded with the heap's tc_key.  The caches
+ * of 4-32 KiB (TC_SMALL classes) are bounded by that room alone, on the fast
+ * paths; those above (to 256 KiB) also by the bytes they hold (tc_room). */
 #define TC_MIN      CLASS_4K
 #define TC_MIN_SIZE ((size_t)3584)               /* class_size(TC_MIN - 1): sizes above it have one */
-#define TC_CLASSES  14                           /* up to 32 KiB (TABLE_MAX) */
+#define TC_SMALL    14                           /* up to 32 KiB (TABLE_MAX) */
+#define TC_BIG      (TC_MIN + TC_SMALL)          /* the first class above TABLE_MAX */
+#define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
 #define TC_ROOM     ((uintptr_t)511)
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
+extern uint32_t hm_big_size[TC_CLASSES - TC_SMALL];   /* class_size(TC_BIG + i), one load */
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
@@ -131,7 +136,8 @@ typedef struct page_s {
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0, and
-                                    + 1 if the class has a thread cache: the one test free's
+                                    + 1 if the class has a thread cache of 4-32 KiB, + 2 of
+                                    32-256 KiB (tc_room counts its bytes): the one test free's
                                     fast path makes (page_set_local; any thread reads it, hence
                                     atomic, relaxed: a plain load) */
   size_t block_size;
@@ -160,7 +166,7 @@ _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 /* A page's owner and flags are set together with local. */
 static inline void page_set_local(page_t *pg) {
   uintptr_t h = (uintptr_t)atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  bool cached = hm_tcache_on && class_cached(pg->cls);
+  uintptr_t cached = !hm_tcache_on || !class_cached(pg->cls) ? 0 : pg->cls < TC_BIG ? 1 : 2;
   atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : h + cached, memory_order_relaxed);
 }
 static inline void page_set_owner(page_t *pg, struct heap_s *h) {
@@ -285,7 +291,12 @@ typedef struct heap_s {
   bool live;                     /* a thread owns the heap (false once it exited) */
   _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
                                     when emptied (tcache.c); the census reads it */
-  uint32_t tc_kb;                /* caps times block sizes, KiB: within HAKMEM_THREAD_CACHE_KB */
+  uint32_t tc_kb;                /* caps times block sizes of the 4-32 KiB caches, KiB */
+  int64_t tc_room;               /* bytes of HAKMEM_THREAD_CACHE_KB neither reserved by the
+                                    4-32 KiB caches' caps nor held by the bigger ones */
+  uint8_t tc_popped[TC_CLASSES - TC_SMALL]; /* big caches popped since the last decay */
+  uint64_t tc_decay_ms;          /* when the decay next drains the unpopped big caches */
+  uint32_t ticks;                /* slow-path events left before heap_tick */
   /* kept when a struct is recycled: */
   _Atomic uint32_t lock;         /* slow paths of the owner vs. the purger */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
@@ -378,6 +389,7 @@ void    heap_wake_idle(heap_t *h);                 /* a remote free reached a he
 bool    heap_trim_idle(heap_t *h);                 /* (purger, locked) take back unreachable pages */
 heap_t *heap_first(void);                          /* the registry of heaps, for the purger */
 void   *heap_malloc_slow(heap_t *h, size_t n, size_t c);   /* c: n's class, or CLASS_LARGE above them */
+void    heap_tick(heap_t *h);                      /* (owner, locked) every HEAP_TICKS slow-path events */
 void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
@@ -391,6 +403,9 @@ void tcache_flush(heap_t *h);                      /* (owner, locked) every cach
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
 bool tcache_put(heap_t *h, page_t *pg, block_t *b);        /* (owner, busy or locked) push b, growing a full cache */
 void tcache_full(heap_t *h, page_t *pg, block_t *b);       /* (owner) free's fast path found the cache full */
+void tcache_push_big(heap_t *h, page_t *pg, block_t *b);   /* (owner) free's fast path, a block above 32 KiB */
+bool tcache_big_held(heap_t *h);                   /* (owner, locked) blocks wait in the caches above 32 KiB */
+void tcache_decay(heap_t *h, uint64_t now);        /* (owner, locked) empty the big caches left unpopped */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
 void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */
 

@@ -35,13 +35,15 @@ TEST(class_round_trip) {
 
 /* malloc's fast path takes the class of sizes up to TABLE_MAX from a table
  * the compiler filled in: it must agree with size_class. */
-/* The thread caches' classes: from TC_MIN_SIZE (exclusive) to TABLE_MAX,
- * multiples of 512 bytes (the cache's word keeps its room in the low 9 bits). */
+/* The thread caches' classes: from TC_MIN_SIZE (exclusive) to MEDIUM_MAX,
+ * those of malloc's table first (to TABLE_MAX), multiples of 512 bytes (the
+ * cache's word keeps its room in the low 9 bits). */
 TEST(thread_cache_classes) {
   CHECK(class_size(TC_MIN - 1) == TC_MIN_SIZE);
   CHECK(class_size(TC_MIN) == 4096);
-  CHECK(class_size(TC_MIN + TC_CLASSES - 1) == TABLE_MAX);
-  CHECK(TC_MIN + TC_CLASSES <= CLASSES);
+  CHECK(class_size(TC_BIG - 1) == TABLE_MAX);
+  CHECK(class_size(TC_MIN + TC_CLASSES - 1) == MEDIUM_MAX);
+  CHECK(TC_MIN + TC_CLASSES == CLASSES);
   for (size_t c = TC_MIN; c < TC_MIN + TC_CLASSES; c++)
     CHECKF(class_size(c) % (TC_ROOM + 1) == 0, "class %zu: %zu bytes", c, class_size(c));
 }
