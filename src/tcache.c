@@ -86,7 +86,7 @@ static void set_cap(heap_t *h, size_t i, uint32_t n) {
 }
 
 /* Push b, a block above 32 KiB, if the bound has room for it. */
-static bool put_big(heap_t *h, page_t *pg, block_t *b) {
+HM_INLINE bool put_big(heap_t *h, page_t *pg, block_t *b) {
   if ((int64_t)pg->block_size > h->tc_room || !tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b)) return false;
   h->tc_room -= (int64_t)pg->block_size;
   return true;
