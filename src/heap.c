@@ -239,10 +239,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   if (unlikely(hm_slow_mode)) {
     if (class_cached(c) && hm_tcache_on) {   /* (the fast path, which would pop, keeps out) */
       void *b = tc_pop(h, &h->tc[c - TC_MIN]);
-      if (b && c >= TC_BIG) {
-        h->tc_room += hm_big_size[c - TC_BIG];
-        h->tc_popped[c - TC_BIG] = 1;
-      }
+      if (b && c >= TC_BIG) tc_big_popped(h, c);
       stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
       if (b) return b;
     }

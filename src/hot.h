@@ -81,13 +81,17 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
   return b;
 }
 
-/* The same for class c above 32 KiB, whose caches count their bytes. */
+/* A block of class c above 32 KiB left its cache: its bytes are room again,
+ * and the cache is in use (the decay leaves it). */
+HM_INLINE void tc_big_popped(heap_t *h, size_t c) {
+  h->tc_room += hm_big_size[c - TC_BIG];
+  h->tc_popped[c - TC_BIG] = 1;
+}
+
+/* The same as hm_tcache_pop for class c above 32 KiB. */
 HM_INLINE void *hm_tcache_pop_big(heap_t *h, size_t c) {
   block_t *b = NULL;
-  if (tc_enter(h) && (b = tc_pop(h, &h->tc[c - TC_MIN])) != NULL) {
-    h->tc_room += hm_big_size[c - TC_BIG];
-    h->tc_popped[c - TC_BIG] = 1;
-  }
+  if (tc_enter(h) && (b = tc_pop(h, &h->tc[c - TC_MIN])) != NULL) tc_big_popped(h, c);
   tc_leave(h);
   return b;
 }
