@@ -67,6 +67,7 @@ small          default  $B/random_mixed 20000000 400 16 2048 1
 medium         default  $B/random_mixed 10000000 400 4096 32768 1
 mixed          default  $B/random_mixed 10000000 400 16 32768 1
 large          default  $B/random_mixed 4000000 64 32768 262144 1
+xlarge         default  $B/random_mixed 1000000 64 262144 1048576 1
 app            default  $B/random_mixed 20000000 400 16 32768 1 app
 fixed-64       default  $B/fixed_size 50000000 64 100
 fixed-4k       default  $B/fixed_size 20000000 4096 25
