@@ -10,8 +10,9 @@
  *                          and page->local says this thread owns the page:
  *                          push it on page->free, or, for classes from 4 KiB
  *                          (local = owner + 1, or + 2 above 32 KiB), on the
- *                          thread cache of its class if that has room; if another thread owns the
- *                          page, push it on the page's thread_free with one CAS.
+ *                          thread cache of its class if that has room; if
+ *                          another thread owns the page, push it on the
+ *                          page's thread_free with one CAS.
  * No locks, no atomic read-modify-write but that CAS, no per-block header.
  * Anything unusual (first use by a thread, empty page, bigger sizes, another
  * thread's block, a page parked as full, a suspicious pointer) goes to the

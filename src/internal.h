@@ -289,9 +289,9 @@ typedef struct heap_s {
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
   struct heap_s *next_free;      /* recycled heap structs */
   bool live;                     /* a thread owns the heap (false once it exited) */
-  _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: for 4-32 KiB doubled when
-                                    full, reset when emptied, above TC_MAX (tcache.c); the
-                                    census reads it */
+  _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: up to 32 KiB doubled when
+                                    full and reset when emptied, above it TC_MAX (tcache.c);
+                                    the census reads it */
   uint32_t tc_kb;                /* caps times block sizes of the 4-32 KiB caches, KiB */
   int64_t tc_room;               /* bytes of HAKMEM_THREAD_CACHE_KB neither reserved by the
                                     4-32 KiB caches' caps nor held by the bigger ones */
