@@ -113,7 +113,7 @@ static segment_t *segment_new(heap_t *h) {
     s = cache;
     list_remove(&cache, s);
     cache_count--;
-    if (s->purged_slices && os_now_ms() < s->purged_ms + 2 * cache_delay_ms)
+    if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * cache_delay_ms)
       cache_delay_ms = purge_delay_adapt(cache_delay_ms, true);
   } else {
     if (!reserve_left) {
@@ -382,7 +382,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls) {
   pg->is_zero = !(s->dirty_slices & mask);
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = pg;
   if (s->purged_slices & mask) {
-    if (os_now_ms() < s->purged_ms + 2 * h->purge_delay_ms) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, true);
+    if (os_now_ms() - s->purged_ms < 2 * h->purge_delay_ms) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, true);
     s->purged_slices &= ~mask;
   }
   s->used_slices |= mask;
@@ -594,7 +594,7 @@ static segment_t *huge_cache_take(size_t total) {
     list_remove(&huge_cache, best);
     huge_cache_bytes -= best->size;
     stat_dec(STAT_HUGE_CACHED);
-    if (!best->purge_ms && os_now_ms() < best->purged_ms + 2 * huge_delay_ms)
+    if (!best->purge_ms && os_now_ms() - best->purged_ms < 2 * huge_delay_ms)
       huge_delay_ms = purge_delay_adapt(huge_delay_ms, true);
   }
   pthread_mutex_unlock(&huge_lock);
@@ -865,7 +865,7 @@ static void abandoned_take(segment_t *s) {
 /* (abandoned_lock held) s, taken off the list, goes back to work. */
 static void abandoned_reclaim(segment_t *s) {
   abandoned_take(s);
-  if (s->purged_slices && os_now_ms() < s->purged_ms + 2 * abandoned_delay_ms)
+  if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * abandoned_delay_ms)
     abandoned_delay_ms = purge_delay_adapt(abandoned_delay_ms, true);
   s->purge_ms = 0;                           /* the new owner schedules its own */
 }
