@@ -434,7 +434,6 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
-  os_clock_init();
   tcache_process_init();
   pthread_key_create(&heap_key, heap_thread_done);
 }

@@ -324,9 +324,7 @@ void  os_purge(void *p, size_t size);             /* drop contents, keep mapping
 void  os_protect(void *p, size_t size, bool access); /* access or a guard (PROT_NONE) */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed); /* NULL on failure */
 bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
-uint64_t os_now_ms(void);                         /* coarse but in the purger (os.c) */
-void  os_clock_init(void);
-extern __thread bool os_clock_precise;            /* this thread reads CLOCK_MONOTONIC */
+uint64_t os_now_ms(void);
 uint64_t os_random(void);
 bool  os_membarrier_init(void);                   /* can os_membarrier be used */
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */

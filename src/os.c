@@ -142,26 +142,9 @@ bool os_resize_in_place(void *p, size_t old_size, size_t new_size) {
   return true;
 }
 
-/* The decays read the clock on every page free and big malloc: the coarse
- * clock (the time at the last timer tick) costs 3 ns a read here against
- * 20 ns, and its resolution, a tick of 1-10 ms, is below the purge delay; it
- * lags by less than a tick, so a deadline it sets comes early, not late.
- * The purger's thread, whose deadlines return an idle program's memory and
- * which sleeps on CLOCK_MONOTONIC, reads that.  (A kernel without the coarse
- * clock, or with ticks above 10 ms: CLOCK_MONOTONIC for all.)  Picked in
- * process_init, which every thread passes before it reads the clock. */
-static clockid_t clock_id = CLOCK_MONOTONIC;
-__thread bool os_clock_precise;
-
-void os_clock_init(void) {
-  struct timespec res;
-  if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 && res.tv_nsec <= 10000000)
-    clock_id = CLOCK_MONOTONIC_COARSE;
-}
-
 uint64_t os_now_ms(void) {
   struct timespec ts;
-  clock_gettime(os_clock_precise ? CLOCK_MONOTONIC : clock_id, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 

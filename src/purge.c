@@ -108,7 +108,6 @@ static uint64_t pass(uint64_t *poll) {
 
 static void *purger_main(void *arg) {
   (void)arg;
-  os_clock_precise = true;
   uint64_t poll = poll_base();
   for (;;) {
     pthread_mutex_lock(&wake_lock);
