@@ -138,10 +138,9 @@ void tcache_full(heap_t *h, page_t *pg, block_t *b) {
 /* Cache i empty, at its first size.  (The big caches' room is fixed: their
  * bytes bound them.) */
 static void reset(heap_t *h, size_t i) {
-  uint32_t n = i < TC_SMALL ? cap : TC_MAX;
-  if (i < TC_SMALL) set_cap(h, i, n);
-  else atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
-  tc_set(&h->tc[i], n);
+  if (i < TC_SMALL) set_cap(h, i, cap);
+  else atomic_store_explicit(&h->tc_cap[i], TC_MAX, memory_order_relaxed);
+  tc_set(&h->tc[i], cap_of(h, i));
 }
 
 /* h comes zeroed (heap_get).  In stats mode tc_stop stays set: the fast paths
@@ -172,10 +171,16 @@ static void release_local(page_t *pg, block_t *b) {
   page_free_local_slow(pg, b);
 }
 
+/* Do blocks wait in any of h's caches from the first-th on? */
+static bool held_from(heap_t *h, size_t first) {
+  for (size_t i = first; i < TC_CLASSES; i++)
+    if (tc_get(&h->tc[i]) & ~TC_ROOM) return true;
+  return false;
+}
+
 /* Are blocks waiting in the big caches?  (If not, the decay restarts.) */
 bool tcache_big_held(heap_t *h) {
-  bool held = false;
-  for (size_t i = TC_SMALL; i < TC_CLASSES; i++) held |= (tc_get(&h->tc[i]) & ~TC_ROOM) != 0;
+  bool held = held_from(h, TC_SMALL);
   if (!held) h->tc_decay_ms = 0;
   return held;
 }
@@ -195,14 +200,8 @@ void tcache_flush(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
 }
 
-static bool caches_empty(heap_t *h) {
-  for (size_t i = 0; i < TC_CLASSES; i++)
-    if (tc_get(&h->tc[i]) & ~TC_ROOM) return false;
-  return true;
-}
-
 void tcache_take(heap_t *h) {
-  if (caches_empty(h)) return;
+  if (!held_from(h, 0)) return;
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);
   /* the owner busy: not quiet after all, its caches stay */
   if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire))

@@ -92,14 +92,16 @@ static void realloc_large_freed(size_t n) {
 }
 static void c_realloc_large_freed(void) { realloc_large_freed(2 << 20); }
 static void c_realloc_large_freed_fits(void) { realloc_large_freed(3 << 18); }
-/* 4-32 KiB blocks wait in the thread cache after free: a is second there */
-static void c_double_cached(void) {
-  void *a = hakmem_malloc(8192), *b = hakmem_malloc(8192);
+/* 4-256 KiB blocks wait in the thread cache after free: a is second there */
+static void double_cached(size_t n) {
+  void *a = hakmem_malloc(n), *b = hakmem_malloc(n);
   hakmem_free(a);
   hakmem_free(b);
   target(a);
   hakmem_free(a);
 }
+static void c_double_cached(void) { double_cached(8192); }
+static void c_double_cached_big(void) { double_cached(100 << 10); }
 static void c_realloc_cached(void) { void *p = hakmem_malloc(8192); hakmem_free(p); target(p); p = hakmem_realloc(p, 9000); (void)p; }
 /* a write into a freed block's link, found when a double free makes the
  * owner walk its free list (the message shows the bad link, not a block) */
@@ -131,6 +133,7 @@ static const struct bad_case {
   {"realloc after free, to a size the block holds (100 B)", "realloc of a freed block", c_realloc_freed_fits, 1},
   {"realloc after another thread freed, to a size the block holds (1 MiB)", "realloc of a freed block|not an allocated block", c_realloc_large_freed_fits, 1},
   {"double free of a block deep in the thread cache (8 KiB)", "double free", c_double_cached, 1},
+  {"double free of a block deep in the thread cache (100 KiB)", "double free", c_double_cached_big, 1},
   {"realloc after free (8 KiB, in the thread cache)", "realloc of a freed block", c_realloc_cached, 1},
   {"malloc_usable_size of a stack address", "malloc_usable_size of a pointer hakmem did not allocate", c_usable_stack, 1},
   {"malloc_usable_size of p+16 (100 B block)", "malloc_usable_size of a pointer into the middle", c_usable_interior, 1},
