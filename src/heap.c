@@ -555,7 +555,7 @@ static void fork_parent(void) {
 }
 static void fork_child(void) {
   segment_fork_child();
-  pthread_mutex_init(&heaps_lock, NULL);
+  pthread_mutex_unlock(&heaps_lock);
   purge_fork_child();
   /* A thread that no longer exists may have been handing one of our blocks
    * over (TF_BUSY) at the fork; it never finishes, so finish for it. */

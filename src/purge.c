@@ -181,7 +181,7 @@ void purge_idle_heaps(heap_t *except) {
 void purge_fork_prepare(void) { pthread_mutex_lock(&pass_lock); }
 void purge_fork_parent(void) { pthread_mutex_unlock(&pass_lock); }
 void purge_fork_child(void) {
-  pthread_mutex_init(&pass_lock, NULL);
+  pthread_mutex_unlock(&pass_lock);            /* (taken by purge_fork_prepare) */
   pthread_mutex_init(&wake_lock, NULL);
   atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);

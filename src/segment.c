@@ -948,9 +948,4 @@ void segment_fork_parent(void) {
   pthread_mutex_unlock(&abandoned_lock);
   pthread_mutex_unlock(&registry_lock);
 }
-void segment_fork_child(void) {
-  pthread_mutex_init(&huge_lock, NULL);
-  pthread_mutex_init(&cache_lock, NULL);
-  pthread_mutex_init(&abandoned_lock, NULL);
-  pthread_mutex_init(&registry_lock, NULL);
-}
+void segment_fork_child(void) { segment_fork_parent(); }   /* the forking thread holds them */
