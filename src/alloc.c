@@ -49,9 +49,9 @@ static bool already_freed(page_t *pg, const void *p) {
   heap_t *h = hm_tls_heap;
   if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || page_contains_free(pg, (uintptr_t)p)) return true;
   heap_enter(h);
-  bool cached = tcache_contains(h, pg->cls, (uintptr_t)p);
+  bool held = tcache_contains(h, pg->cls, (uintptr_t)p) || remote_contains(h, p);
   heap_leave(h);
-  return cached;
+  return held;
 }
 
 HM_COLD void hm_free_slow(void *p, bool to_cache) {
@@ -301,6 +301,8 @@ int hm_malloc_trim(size_t pad) {
   int64_t before = atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed);
   if (h != &hm_heap_empty) {
     if (hm_secure) secure_flush(h);
+    remote_collect(h);
+    remote_flush(h);
     heap_enter(h);
     tcache_flush(h);
     heap_collect_all(h);

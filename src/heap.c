@@ -306,10 +306,17 @@ void heap_tick(heap_t *h) {
 
 void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
+  if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) {   /* other threads freed our blocks */
+    remote_collect(h);
+    void *p = hm_malloc_try(h, n, &c);
+    if (p) return p;
+  }
   heap_enter(h);
   void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, c);
-  if (--h->ticks == 0) heap_tick(h);
+  bool tick = --h->ticks == 0;
+  if (tick) heap_tick(h);
   heap_leave(h);
+  if (tick && atomic_load_explicit(&h->out, memory_order_relaxed)) remote_flush(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
@@ -320,6 +327,7 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
  * cost no more than rounding the size up. */
 void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
+  if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) remote_collect(h);
   void *p = NULL;
   heap_enter(h);
   if (n <= MEDIUM_MAX && align <= MAX_ALIGN_IN_CLASS) {
@@ -398,7 +406,8 @@ static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
  * still in use go back on the list for the owner.  True if it freed a page. */
 bool heap_trim_idle(heap_t *h) {
   bool freed = false;
-  tcache_take(h);                     /* its blocks onto their pages' remote lists */
+  tcache_take(h);                     /* its cached blocks onto their pages' remote lists */
+  remote_take(h);                     /* and those other threads sent it */
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire), keep = 0, keep_last = 0;
   while (b) {
     page_t *pg;
@@ -434,7 +443,11 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
-  tcache_process_init();
+  /* The purger can take what the fast paths hold (thread caches, buffers of
+   * remote frees) only with membarrier; HAKMEM_THREAD_CACHE_KB=0 never asks. */
+  bool fence = hm_options.thread_cache_kb > 0 && !hm_secure && os_membarrier_init();
+  tcache_process_init(fence);
+  remote_process_init(fence);
   pthread_key_create(&heap_key, heap_thread_done);
 }
 
@@ -478,6 +491,7 @@ heap_t *heap_get(void) {
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->live = true;
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
+  remote_open(h);
   unlock_raw(h);
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
@@ -527,6 +541,7 @@ static void heap_thread_done(void *arg) {
   heap_t *h = arg;
   if (!h || h == &hm_heap_empty) return;
   if (hm_secure) secure_flush(h);
+  remote_close(h);                   /* (before the lock: it frees) */
   lock_raw(h);
   heap_done(h);
   h->live = false;

@@ -11,9 +11,9 @@
  *                          push it on page->free, or, for classes from 4 KiB
  *                          (local = owner + 1, or + 2 above 32 KiB), on the
  *                          thread cache of its class if that has room; if
- *                          another thread owns the page, push it on the
- *                          page's thread_free with one CAS.
- * No locks, no atomic read-modify-write but that CAS, no per-block header.
+ *                          another thread owns the page, append it to this
+ *                          thread's buffer of that heap's blocks (remote.c).
+ * No locks, no atomic read-modify-write, no per-block header.
  * Anything unusual (first use by a thread, empty page, bigger sizes, another
  * thread's block, a page parked as full, a suspicious pointer) goes to the
  * slow paths in heap.c and alloc.c. */
@@ -132,20 +132,20 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, u
   return hm_block_start(pg, area, off) && !block_looks_free(pg, b);
 }
 
-/* Another thread's block b (not looking free): push it onto its page's
- * thread_free with one CAS.  False, with b's first word as it was (its second,
- * the link of a failed CAS, may have changed), when the page is parked or
- * being handed over (TF state set): the slow path deals with those. */
-HM_INLINE bool hm_free_remote_fast(page_t *pg, block_t *b, heap_t *owner) {
-  uintptr_t data = b[0].word, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
-  block_mark_free(pg, b);
-  do {
-    if (unlikely(tf & TF_MASK)) { b[0].word = data; return false; }
-    b[1].word = enc(pg, TF_PTR(tf));
-  } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
-                                                  memory_order_release, memory_order_relaxed));
-  if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
-  return true;
+/* Another heap's block b (owner: to): into h's buffer for to, without
+ * touching b (remote.c tests and marks the buffer's blocks when it sends it);
+ * remote_free when the buffer is for another heap or full. */
+HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
+  if (likely(tc_enter(h))) {
+    rbuf_t *o = atomic_load_explicit(&h->out, memory_order_relaxed);
+    if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS)) {
+      o->block[o->n++] = b;
+      tc_leave(h);
+      return;
+    }
+  }
+  tc_leave(h);
+  remote_free(h, pg, b, to);
 }
 
 /* The owner h frees b (not looking free) onto its page. */
@@ -199,7 +199,8 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&
-               !hm_slow_mode && hm_freeable(pg, b, area, off) && hm_free_remote_fast(pg, b, owner)) {
+               !hm_slow_mode && hm_block_start(pg, area, off)) {
+      hm_free_remote(h, pg, b, owner);
       return;
     }
   }

@@ -270,6 +270,16 @@ static inline segment_t *segment_checked(const void *p) {
 /* ---- heaps --------------------------------------------------------------- */
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
+/* Another heap's blocks a thread freed, on their way to that heap (remote.c). */
+#define RB_BLOCKS 60
+typedef struct rbuf_s {
+  struct rbuf_s *next;           /* in an inbox or a list of spares */
+  struct heap_s *home;           /* the heap that made it, which gets it back */
+  struct heap_s *to;             /* the heap that owns its blocks */
+  uint32_t n;
+  void *block[RB_BLOCKS];
+} rbuf_t;
+
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
@@ -278,6 +288,8 @@ typedef struct heap_s {
   _Atomic uint8_t tc_busy;       /* the owner is in a thread cache push or pop */
   _Atomic uint8_t tc_stop;       /* the purger is emptying the thread caches: keep out */
   uintptr_t tc_key;
+  _Atomic(rbuf_t *) out;         /* the blocks of another heap this thread freed last (atomic:
+                                    the purger may take it, as the thread caches; relaxed) */
   _Atomic uintptr_t tc[TC_CLASSES]; /* thread caches of classes TC_MIN.. (atomic: the
                                     purger may take them; relaxed, plain loads and stores) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
@@ -298,14 +310,20 @@ typedef struct heap_s {
   uint8_t tc_popped[TC_CLASSES - TC_SMALL]; /* big caches popped since the last decay */
   uint64_t tc_decay_ms;          /* when the decay next drains the unpopped big caches */
   uint32_t ticks;                /* slow-path events left before heap_tick */
+  rbuf_t *rb_spare;              /* empty buffers for the next sends */
+  uint32_t rb_spares;
   /* kept when a struct is recycled: */
   _Atomic uint32_t lock;         /* slow paths of the owner vs. the purger */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
+  rbuf_t *rb_chunk;              /* the buffers this heap made (remote.c) */
+  uint32_t rb_made;
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
+  _Atomic(rbuf_t *) inbox;       /* buffers of this heap's blocks other threads freed */
+  _Atomic(rbuf_t *) rb_back;     /* buffers this heap made, sent back empty */
 } heap_t;
 #define HEAP_RESET_SIZE offsetof(heap_t, lock)
 
@@ -398,7 +416,7 @@ bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 
 /* tcache.c */
-void tcache_process_init(void);
+void tcache_process_init(bool fence);
 void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
 void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
@@ -409,6 +427,17 @@ bool tcache_big_held(heap_t *h);                   /* (owner, locked) blocks wai
 void tcache_decay(heap_t *h, uint64_t now);        /* (owner, locked) empty the big caches left unpopped */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
 void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */
+
+/* remote.c: other heaps' blocks, freed in batches */
+extern bool hm_remote_on;                          /* buffers in use (the purger can take them) */
+void remote_process_init(bool fence);
+void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to);   /* free's fast path: no room in h->out */
+void remote_send(rbuf_t *o);                       /* (no lock of this thread's heap held) */
+void remote_collect(heap_t *h);                    /* (owner, no lock held) free the blocks of h's inbox */
+void remote_flush(heap_t *h);                      /* (owner, no lock held) send h->out now */
+void remote_open(heap_t *h), remote_close(heap_t *h);   /* a thread's start and exit */
+void remote_take(heap_t *h);                       /* (purger, locked) h's inbox onto thread_free lists */
+bool remote_contains(heap_t *h, const void *p);    /* (locked) is p in h's inbox */
 
 /* purge.c: the background thread that returns the memory of idle heaps */
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */

@@ -121,7 +121,8 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
 void page_free_local_slow(page_t *pg, block_t *b) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   if (block_looks_free(pg, b)) {
-    if (page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b)) hm_fatal("double free", b, pg);
+    if (page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b) || remote_contains(h, b))
+      hm_fatal("double free", b, pg);
   }
   block_set_free(pg, b, pg->free);
   pg->free = (uintptr_t)b;

@@ -67,13 +67,13 @@ static uint32_t class_kb(size_t i) { return (uint32_t)((class_size(TC_MIN + i) +
  * fast path, which keeps no record). */
 static size_t small_kb(void) { return (size_t)hm_options.thread_cache_kb / 4; }
 
-void tcache_process_init(void) {
+void tcache_process_init(bool fence) {
   uint32_t all_kb = 0;                       /* one block of each class */
   for (size_t i = 0; i < TC_SMALL; i++) all_kb += class_kb(i);
   size_t k = small_kb() / all_kb;
   if (k > TC_START) k = TC_START;
   for (size_t i = 0; i < TC_CLASSES - TC_SMALL; i++) hm_big_size[i] = (uint32_t)class_size(TC_BIG + i);
-  cap = hm_secure || k == 0 || !os_membarrier_init() ? 0 : (uint32_t)k;
+  cap = k == 0 || !fence ? 0 : (uint32_t)k;
   hm_tcache_on = cap > 0;
 }
 
@@ -200,13 +200,18 @@ void tcache_flush(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
 }
 
+/* The owner's buffer of other heaps' blocks (remote.c) is taken the same way. */
 void tcache_take(heap_t *h) {
-  if (!held_from(h, 0)) return;
+  rbuf_t *out = NULL;
+  if (!held_from(h, 0) && !atomic_load_explicit(&h->out, memory_order_relaxed)) return;
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);
   /* the owner busy: not quiet after all, its caches stay */
-  if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire))
+  if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire)) {
     for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, page_free_remote);   /* as another thread's frees */
+    out = atomic_exchange_explicit(&h->out, NULL, memory_order_relaxed);
+  }
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
+  if (out) remote_send(out);
 }
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {

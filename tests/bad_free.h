@@ -75,6 +75,20 @@ static void c_small_delayed_twice(void) {
   void *pair[2] = { p[0], p[1000] };
   in_thread(thread_free_pair_twice, pair);
 }
+/* another thread frees a block, 99 more (the buffer holding the first is
+ * sent: src/remote.c), then the first again */
+static void *thread_free_twice_apart(void *arg) {
+  void **p = arg;
+  for (int i = 0; i < 100; i++) hakmem_free(p[i]);
+  target(p[0]);
+  hakmem_free(p[0]);
+  return NULL;
+}
+static void c_small_remote_twice_apart(void) {
+  static void *p[100];
+  for (int i = 0; i < 100; i++) p[i] = hakmem_malloc(100);
+  in_thread(thread_free_twice_apart, p);
+}
 static void c_small_owner_remote(void) { owner_then_remote(100); }
 static void c_small_remote_owner(void) { remote_then_owner(100); }
 static void c_small_remote_twice(void) { remote_twice(100); }
@@ -141,6 +155,7 @@ static const struct bad_case {
   {"double free: owner, then another thread (100 B)", "double free", c_small_owner_remote, 1},
   {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},
   {"double free: another thread twice (100 B)", "double free", c_small_remote_twice, 1},
+  {"double free: another thread twice, 100 frees apart (100 B)", "double free", c_small_remote_twice_apart, 1},
   {"double free: another thread twice, the block on its owner's delayed list (100 B)", "double free", c_small_delayed_twice, 1},
   {"double free: owner, then another thread (20 KB)", "double free", c_medium_owner_remote, 1},
   {"double free: another thread, then the owner (1 MiB)", "double free", c_large_remote_owner, 1},

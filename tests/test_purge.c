@@ -11,6 +11,8 @@
  *    run fast paths.
  *  - malloc_trim reaches the pages of a waiting thread that other threads
  *    freed (it collects and returns them at once).
+ *  - the last remote frees of a thread that then waits, held in its buffer
+ *    (src/remote.c), reach their owner, which waits too: its pages return.
  *  - an exited thread's free memory, in segments it left with a few live
  *    blocks, is returned by the purger.
  *  - segments emptied together by exiting threads are unmapped together:
@@ -224,6 +226,64 @@ TEST(malloc_trim_reaches_waiting_thread) {
   CHECK(r == 1);
   if (!test_sanitized())
     CHECKF(full - trimmed > 30 * 1024, "malloc_trim returned only %ld KiB of ~40 MB freed", full - trimmed);
+}
+
+/* ---- a quiet thread's buffer of remote frees --------------------------------------- */
+/* B frees A's blocks of 8 KiB (8 to a one-slice page), the first seven of each
+ * page and then the first block of each: the last frees, fewer than a buffer
+ * holds, are one block of each of the last RB_PAGES pages, and they wait in B's
+ * buffer while both threads wait.  Only the purger can send them on (and then
+ * give those pages back). */
+#define RB_PAGES_ALL 127                       /* 1016 frees: 16 buffers of 60 and 56 more */
+#define RB_PAGES 56
+static void *rblk[RB_PAGES_ALL * 8];
+static pthread_barrier_t rbar;
+
+static void *rb_owner(void *arg) {
+  (void)arg;
+  for (int i = 0; i < RB_PAGES_ALL * 8; i++)
+    if ((rblk[i] = hakmem_malloc(8192)) != NULL) memset(rblk[i], 7, 8192);
+  pthread_barrier_wait(&rbar);                 /* allocated */
+  pthread_barrier_wait(&rbar);                 /* B has freed them */
+  pthread_barrier_wait(&rbar);                 /* wait, calling nothing, until main is done */
+  return NULL;
+}
+
+static void *rb_freer(void *arg) {
+  (void)arg;
+  pthread_barrier_wait(&rbar);                 /* allocated */
+  for (int pg = 0; pg < RB_PAGES_ALL; pg++)
+    for (int k = 1; k < 8; k++) hakmem_free(rblk[pg * 8 + k]);
+  for (int pg = 0; pg < RB_PAGES_ALL; pg++) hakmem_free(rblk[pg * 8]);
+  pthread_barrier_wait(&rbar);                 /* freed */
+  pthread_barrier_wait(&rbar);                 /* wait, calling nothing */
+  return NULL;
+}
+
+TEST(quiet_thread_remote_frees_reach_owner) {
+  pthread_barrier_init(&rbar, NULL, 3);
+  pthread_t a, b;
+  long base = test_rss_kib();
+  pthread_create(&a, NULL, rb_owner, NULL);
+  pthread_create(&b, NULL, rb_freer, NULL);
+  pthread_barrier_wait(&rbar);
+  long full = test_rss_kib();
+  pthread_barrier_wait(&rbar);
+  long now = test_rss_kib();
+  uint64_t t0 = test_now_ms(), ms = 0;
+  for (; ms < 3000 && now - base >= 1024; ms = test_now_ms() - t0) {
+    test_sleep_ms(5);
+    now = test_rss_kib();
+  }
+  pthread_barrier_wait(&rbar);
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+  pthread_barrier_destroy(&rbar);
+  NOTE("RSS %ld KiB before, %ld KiB with %d blocks of 8 KiB another thread freed, %ld KiB %llu ms later",
+       base, full, RB_PAGES_ALL * 8, now, (unsigned long long)ms);
+  if (!test_sanitized())
+    CHECKF(now - base < 1024, "%ld KiB still resident: the last %d frees (one block of each of %d pages) not sent",
+           now - base, RB_PAGES, RB_PAGES);
 }
 
 /* ---- an exited thread's free memory ---------------------------------------------- */

@@ -1,0 +1,245 @@
+/* remote.c — frees of blocks another thread's heap owns, handed over in
+ * batches.
+ *
+ * Only a page's owner touches its free list, so a thread freeing another
+ * heap's block has to hand it over.  Pushing each block onto its page's
+ * thread_free list (one CAS, after reading the block's first word for the
+ * double-free test) made the freeing thread wait, block after block, for lines
+ * the owner's core held: the block's (read, then written) and the list
+ * head's (the CAS waits for both); and the owner's malloc waited for the
+ * block's line again when it popped it.  Between two cores that share no
+ * cache those waits were most of the time of a program that frees remotely
+ * (docs/performance.md).
+ *
+ * So a freeing thread appends the pointer to a buffer of its own (rbuf_t),
+ * all of whose blocks have one owner heap, without touching the block.  A full
+ * buffer, or one for another owner, is sent (remote_send): each of its blocks is
+ * tested for a double free and marked free, the loads and stores of all of
+ * them in flight together instead of one after the other, and the buffer goes
+ * onto the owner's inbox with one CAS.  The owner takes its inbox on malloc's
+ * slow path (remote_collect), prefetches the blocks of each buffer, and frees
+ * them as its own; empty buffers it keeps for its own sends (up to RB_SPARES)
+ * or sends home to the heap that made them.
+ *
+ * Bounds.  A heap makes at most RB_MAX buffers; a thread that has none left
+ * (its owners are not collecting) frees block by block as before.  A buffer
+ * waits in its thread until it is full or another owner's block comes, and
+ * at most until the thread's next heap tick (64 slow-path events), its exit,
+ * malloc_trim, or, for a thread that stopped calling the allocator, the
+ * purger, which takes it as it takes the thread caches (tc_busy and tc_stop,
+ * tcache.c): so the buffers are on only where the thread caches' fence
+ * (membarrier) works.  An exiting thread closes its inbox (senders then free
+ * block by block) and sends what it holds; the purger frees the inbox of a
+ * quiet heap onto the pages' thread_free lists. */
+#include "hot.h"
+
+#define RB_MAX    64                        /* buffers a heap makes (32 KiB, mapped on first use) */
+#define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
+#define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
+_Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
+
+bool hm_remote_on;
+
+void remote_process_init(bool fence) { hm_remote_on = fence && !hm_slow_mode; }
+
+/* ---- the block-by-block way (no buffer) ---------------------------------- */
+
+/* Push b, a block of pg owned by owner and not looking free, onto pg's
+ * thread_free with one CAS.  False, with b's first word as it was, when the
+ * page is parked or being handed over (TF state set). */
+static bool push_one(page_t *pg, block_t *b, heap_t *owner) {
+  uintptr_t data = b[0].word, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  block_mark_free(pg, b);
+  do {
+    if (unlikely(tf & TF_MASK)) { b[0].word = data; return false; }
+    b[1].word = enc(pg, TF_PTR(tf));
+  } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
+                                                  memory_order_release, memory_order_relaxed));
+  if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
+  return true;
+}
+
+/* Free b, another heap's block of pg, without a buffer. */
+static void free_one(page_t *pg, block_t *b, heap_t *owner) {
+  if (!block_looks_free(pg, b) && push_one(pg, b, owner)) return;
+  hm_free_slow(b, true);                        /* parked page, double free */
+}
+
+/* ---- buffers --------------------------------------------------------------- */
+
+static void rb_home(rbuf_t *o) {
+  heap_t *home = o->home;
+  rbuf_t *top = atomic_load_explicit(&home->rb_back, memory_order_relaxed);
+  do o->next = top;
+  while (!atomic_compare_exchange_weak_explicit(&home->rb_back, &top, o, memory_order_release, memory_order_relaxed));
+}
+
+/* An empty buffer for h's next send, or NULL (h has made RB_MAX of them and
+ * none is back).  (owner, tc_busy) */
+static rbuf_t *rb_take(heap_t *h) {
+  rbuf_t *o = h->rb_spare;
+  if (o) {
+    h->rb_spare = o->next;
+    h->rb_spares--;
+    return o;
+  }
+  if ((o = atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire)) != NULL) {
+    h->rb_spare = o->next;                      /* the rest are spare */
+    for (rbuf_t *q = o->next; q; q = q->next) h->rb_spares++;
+    return o;
+  }
+  if (h->rb_made == RB_MAX) return NULL;
+  if (!h->rb_chunk && !(h->rb_chunk = os_map(RB_MAX * sizeof(rbuf_t)))) return NULL;
+  o = &h->rb_chunk[h->rb_made++];
+  o->home = h;
+  return o;
+}
+
+/* Hand buffer o to the heap that owns its blocks: the owner's fast path,
+ * or the purger with the quiet heap's buffer (tcache_take).  This thread's
+ * heap is not locked: a block whose owner exited may be freed into it. */
+void remote_send(rbuf_t *o) {
+  heap_t *to = o->to;
+  /* The double-free test of free's fast path, for the whole buffer at once:
+   * the lines are fetched together, then each block is tested and marked (a
+   * block twice in the buffer is marked by then the second time). */
+  for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < o->n; i++) {
+    block_t *b = o->block[i];
+    page_t *pg = page_of(segment_of(b), b);
+    if (unlikely(block_looks_free(pg, b) || pg->cls == CLASS_LARGE)) {
+      /* already free (the slow path finds out how and reports it), or a
+       * block above the classes (its free sets the page's freed flag) */
+      hm_free_slow(b, true);
+      continue;
+    }
+    block_mark_free(pg, b);
+    o->block[n++] = b;
+  }
+  if ((o->n = n) == 0) { rb_home(o); return; }
+  rbuf_t *top = atomic_load_explicit(&to->inbox, memory_order_relaxed);
+  do {
+    if (top == INBOX_CLOSED) {                  /* the owner exited: as if unbuffered */
+      for (uint32_t i = 0; i < o->n; i++) {
+        block_t *b = o->block[i];
+        b[0].word = 0;                          /* (no longer marked: freed below) */
+        hm_free_slow(b, true);
+      }
+      rb_home(o);
+      return;
+    }
+    o->next = top;
+  } while (!atomic_compare_exchange_weak_explicit(&to->inbox, &top, o, memory_order_release, memory_order_relaxed));
+  if (unlikely(atomic_load_explicit(&to->idle, memory_order_relaxed))) heap_wake_idle(to);
+}
+
+/* free's fast path found no room for b (a block of pg, owned by to) in h's
+ * buffer: send the buffer, start another. */
+void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
+  if (!hm_remote_on || (h == &hm_heap_empty && !(h = heap_get()))) { free_one(pg, b, to); return; }
+  rbuf_t *full = NULL, *o;
+  bool kept = false;
+  if (tc_enter(h)) {                            /* (else the purger is taking h->out) */
+    full = atomic_load_explicit(&h->out, memory_order_relaxed);
+    if (full && full->to == to && full->n < RB_BLOCKS) {   /* (the purger was here a moment ago) */
+      full->block[full->n++] = b;
+      full = NULL;
+      kept = true;
+    } else if ((o = rb_take(h)) != NULL) {
+      o->to = to;
+      o->n = 1;
+      o->block[0] = b;
+      kept = true;
+      atomic_store_explicit(&h->out, o, memory_order_relaxed);
+    } else {
+      atomic_store_explicit(&h->out, NULL, memory_order_relaxed);
+    }
+  }
+  tc_leave(h);
+  if (full) remote_send(full);
+  if (!kept) free_one(pg, b, to);
+}
+
+/* ---- the owner's side -------------------------------------------------------- */
+
+/* Free the blocks of buffers o... (the owner, no lock held).  They are
+ * marked free by their sender: the mark is cleared and they go through free's
+ * fast path, which puts them on their pages or in the thread cache (or, if h
+ * no longer owns the page, into h's own buffer). */
+static void collect(heap_t *h, rbuf_t *o) {
+  while (o) {
+    rbuf_t *next = o->next;
+    for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
+    for (uint32_t i = 0; i < o->n; i++) {
+      block_t *b = o->block[i];
+      b[0].word = 0;
+      hm_free_block(b, true);
+    }
+    if (h->rb_spares < RB_SPARES) {
+      o->next = h->rb_spare;
+      h->rb_spare = o;
+      h->rb_spares++;
+    } else {
+      rb_home(o);
+    }
+    o = next;
+  }
+}
+
+void remote_collect(heap_t *h) { collect(h, atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire)); }
+
+/* Send h's buffer now (the owner, no lock held): the heap tick, malloc_trim. */
+void remote_flush(heap_t *h) {
+  rbuf_t *o = NULL;
+  if (tc_enter(h)) {
+    o = atomic_load_explicit(&h->out, memory_order_relaxed);
+    atomic_store_explicit(&h->out, NULL, memory_order_relaxed);
+  }
+  tc_leave(h);
+  if (o) remote_send(o);
+}
+
+/* The thread exits (no lock held): close the inbox, free what it holds, send
+ * the buffer, give the spares back. */
+void remote_close(heap_t *h) {
+  collect(h, atomic_exchange_explicit(&h->inbox, INBOX_CLOSED, memory_order_acquire));
+  remote_flush(h);
+  for (rbuf_t *o = h->rb_spare, *next; o; o = next) {
+    next = o->next;
+    rb_home(o);
+  }
+  h->rb_spare = NULL;
+  h->rb_spares = 0;
+}
+
+/* A new thread's heap (maybe a recycled one) takes frees again. */
+void remote_open(heap_t *h) { atomic_store_explicit(&h->inbox, NULL, memory_order_release); }
+
+/* ---- others' -------------------------------------------------------------- */
+
+/* (h locked, its owner quiet) The blocks of h's inbox onto their pages'
+ * thread_free lists, as any other thread's frees. */
+void remote_take(heap_t *h) {
+  rbuf_t *o = atomic_load_explicit(&h->inbox, memory_order_relaxed);
+  if (!o || o == INBOX_CLOSED) return;
+  o = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
+  while (o) {
+    rbuf_t *next = o->next;
+    for (uint32_t i = 0; i < o->n; i++) {
+      block_t *b = o->block[i];
+      page_free_remote(page_of(segment_of(b), b), b);
+    }
+    rb_home(o);
+    o = next;
+  }
+}
+
+/* (h locked) Is p in h's inbox: sent by another thread, not yet collected? */
+bool remote_contains(heap_t *h, const void *p) {
+  rbuf_t *o = atomic_load_explicit(&h->inbox, memory_order_acquire);
+  for (; o && o != INBOX_CLOSED; o = o->next)
+    for (uint32_t i = 0; i < o->n; i++)
+      if (o->block[i] == p) return true;
+  return false;
+}
