@@ -316,7 +316,7 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
   bool tick = --h->ticks == 0;
   if (tick) heap_tick(h);
   heap_leave(h);
-  if (tick && atomic_load_explicit(&h->out, memory_order_relaxed)) remote_flush(h);
+  if (tick && remote_held(h)) remote_flush(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
@@ -486,6 +486,8 @@ heap_t *heap_get(void) {
   memset(h, 0, HEAP_RESET_SIZE);
   for (size_t c = 0; c < CLASSES; c++) h->current[c] = &hm_page_empty;
   h->rand = os_random() | 1;
+  static _Atomic unsigned heaps_made;
+  h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);
   tcache_init(h);
   h->ticks = HEAP_TICKS;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;

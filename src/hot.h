@@ -137,7 +137,7 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, u
  * remote_free when the buffer is for another heap or full. */
 HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   if (likely(tc_enter(h))) {
-    rbuf_t *o = atomic_load_explicit(&h->out, memory_order_relaxed);
+    rbuf_t *o = atomic_load_explicit(&h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)], memory_order_relaxed);
     if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS)) {
       o->block[o->n++] = b;
       tc_leave(h);

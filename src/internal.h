@@ -142,6 +142,7 @@ typedef struct page_s {
                                     atomic, relaxed: a plain load) */
   size_t block_size;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
+  _Atomic uint8_t rb_slot;       /* the owner's rb_slot, set with heap (any thread reads it) */
   /* the owner's */
   _Alignas(64) uintptr_t free;   /* encoded head of the free list */
   uintptr_t pop_key;             /* = key, here so that malloc reads only this line */
@@ -168,10 +169,6 @@ static inline void page_set_local(page_t *pg) {
   uintptr_t h = (uintptr_t)atomic_load_explicit(&pg->heap, memory_order_relaxed);
   uintptr_t cached = !hm_tcache_on || !class_cached(pg->cls) ? 0 : pg->cls < TC_BIG ? 1 : 2;
   atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : h + cached, memory_order_relaxed);
-}
-static inline void page_set_owner(page_t *pg, struct heap_s *h) {
-  atomic_store_explicit(&pg->heap, h, memory_order_release);
-  page_set_local(pg);
 }
 static inline void page_set_flags(page_t *pg, uint8_t f) {
   pg->flags = f;
@@ -277,8 +274,13 @@ typedef struct rbuf_s {
   struct heap_s *home;           /* the heap that made it, which gets it back */
   struct heap_s *to;             /* the heap that owns its blocks */
   uint32_t n;
+  _Atomic uint32_t depth;        /* buffers in the inbox from this one down (remote_send) */
   void *block[RB_BLOCKS];
 } rbuf_t;
+/* A thread keeps a buffer in each of RB_SLOTS slots, for the owner heaps
+ * whose number (rb_slot, given out in turn) falls there: a thread freeing
+ * blocks of a few heaps in turn fills a buffer for each. */
+#define RB_SLOTS 8
 
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
@@ -288,8 +290,8 @@ typedef struct heap_s {
   _Atomic uint8_t tc_busy;       /* the owner is in a thread cache push or pop */
   _Atomic uint8_t tc_stop;       /* the purger is emptying the thread caches: keep out */
   uintptr_t tc_key;
-  _Atomic(rbuf_t *) out;         /* the blocks of another heap this thread freed last (atomic:
-                                    the purger may take it, as the thread caches; relaxed) */
+  _Atomic(rbuf_t *) out[RB_SLOTS]; /* blocks of other heaps this thread freed (atomic: the
+                                    purger may take them, as the thread caches; relaxed) */
   _Atomic uintptr_t tc[TC_CLASSES]; /* thread caches of classes TC_MIN.. (atomic: the
                                     purger may take them; relaxed, plain loads and stores) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
@@ -310,6 +312,7 @@ typedef struct heap_s {
   uint8_t tc_popped[TC_CLASSES - TC_SMALL]; /* big caches popped since the last decay */
   uint64_t tc_decay_ms;          /* when the decay next drains the unpopped big caches */
   uint32_t ticks;                /* slow-path events left before heap_tick */
+  uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
   /* kept when a struct is recycled: */
@@ -326,6 +329,13 @@ typedef struct heap_s {
   _Atomic(rbuf_t *) rb_back;     /* buffers this heap made, sent back empty */
 } heap_t;
 #define HEAP_RESET_SIZE offsetof(heap_t, lock)
+
+/* A page's owner (and what goes with it). */
+static inline void page_set_owner(page_t *pg, heap_t *h) {
+  atomic_store_explicit(&pg->rb_slot, h ? h->rb_slot : 0, memory_order_relaxed);
+  atomic_store_explicit(&pg->heap, h, memory_order_release);
+  page_set_local(pg);
+}
 
 extern __thread heap_t *hm_tls_heap;      /* initial-exec; &hm_heap_empty until first use */
 extern heap_t hm_heap_empty;
@@ -431,10 +441,11 @@ void tcache_census(uint64_t *blocks);              /* cached blocks per class, e
 /* remote.c: other heaps' blocks, freed in batches */
 extern bool hm_remote_on;                          /* buffers in use (the purger can take them) */
 void remote_process_init(bool fence);
-void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to);   /* free's fast path: no room in h->out */
+void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to);   /* free's fast path: no room in h->out[] */
 void remote_send(rbuf_t *o);                       /* (no lock of this thread's heap held) */
 void remote_collect(heap_t *h);                    /* (owner, no lock held) free the blocks of h's inbox */
-void remote_flush(heap_t *h);                      /* (owner, no lock held) send h->out now */
+bool remote_held(heap_t *h);                       /* h->out[] holds blocks */
+void remote_flush(heap_t *h);                      /* (owner, no lock held) send h->out[] now */
 void remote_open(heap_t *h), remote_close(heap_t *h);   /* a thread's start and exit */
 void remote_take(heap_t *h);                       /* (purger, locked) h's inbox onto thread_free lists */
 bool remote_contains(heap_t *h, const void *p);    /* (locked) is p in h's inbox */

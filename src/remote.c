@@ -12,8 +12,10 @@
  * (docs/performance.md).
  *
  * So a freeing thread appends the pointer to a buffer of its own (rbuf_t),
- * all of whose blocks have one owner heap, without touching the block.  A full
- * buffer, or one for another owner, is sent (remote_send): each of its blocks is
+ * all of whose blocks have one owner heap, without touching the block; it has
+ * a buffer in each of RB_SLOTS slots, chosen by a hash of the owner.  A full
+ * buffer, or one in the slot another owner needs, is sent (remote_send): each
+ * of its blocks is
  * tested for a double free and marked free, the loads and stores of all of
  * them in flight together instead of one after the other, and the buffer goes
  * onto the owner's inbox with one CAS.  The owner takes its inbox on malloc's
@@ -21,9 +23,11 @@
  * them as its own; empty buffers it keeps for its own sends (up to RB_SPARES)
  * or sends home to the heap that made them.
  *
- * Bounds.  A heap makes at most RB_MAX buffers; a thread that has none left
- * (its owners are not collecting) frees block by block as before.  A buffer
- * waits in its thread until it is full or another owner's block comes, and
+ * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
+ * collected them a buffer's blocks go onto their pages' thread_free lists, as
+ * unbuffered frees did.  A heap makes at most RB_MAX buffers; a thread that
+ * has none left frees block by block.  A buffer
+ * waits in its thread until it is full or another owner needs its slot, and
  * at most until the thread's next heap tick (64 slow-path events), its exit,
  * malloc_trim, or, for a thread that stopped calling the allocator, the
  * purger, which takes it as it takes the thread caches (tc_busy and tc_stop,
@@ -35,6 +39,7 @@
 
 #define RB_MAX    64                        /* buffers a heap makes (32 KiB, mapped on first use) */
 #define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
+#define RB_DEPTH  8                         /* buffers an inbox takes (more: unbuffered) */
 #define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
 _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
@@ -83,7 +88,8 @@ static rbuf_t *rb_take(heap_t *h) {
     h->rb_spares--;
     return o;
   }
-  if ((o = atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire)) != NULL) {
+  if (atomic_load_explicit(&h->rb_back, memory_order_relaxed) &&
+      (o = atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire)) != NULL) {
     h->rb_spare = o->next;                      /* the rest are spare */
     for (rbuf_t *q = o->next; q; q = q->next) h->rb_spares++;
     return o;
@@ -100,6 +106,12 @@ static rbuf_t *rb_take(heap_t *h) {
  * heap is not locked: a block whose owner exited may be freed into it. */
 void remote_send(rbuf_t *o) {
   heap_t *to = o->to;
+  /* An owner that is not collecting (RB_DEPTH buffers wait in its inbox)
+   * gets the blocks on its pages' thread_free lists instead, as unbuffered;
+   * one that exited, through free's slow path (which may adopt the page). */
+  rbuf_t *top = atomic_load_explicit(&to->inbox, memory_order_acquire);   /* (for top->depth) */
+  enum { DELIVER, DIRECT, CLOSED } how = top == INBOX_CLOSED ? CLOSED
+      : top && atomic_load_explicit(&top->depth, memory_order_relaxed) >= RB_DEPTH ? DIRECT : DELIVER;
   /* The double-free test of free's fast path, for the whole buffer at once:
    * the lines are fetched together, then each block is tested and marked (a
    * block twice in the buffer is marked by then the second time). */
@@ -108,17 +120,17 @@ void remote_send(rbuf_t *o) {
   for (uint32_t i = 0; i < o->n; i++) {
     block_t *b = o->block[i];
     page_t *pg = page_of(segment_of(b), b);
-    if (unlikely(block_looks_free(pg, b) || pg->cls == CLASS_LARGE)) {
-      /* already free (the slow path finds out how and reports it), or a
-       * block above the classes (its free sets the page's freed flag) */
-      hm_free_slow(b, true);
-      continue;
+    bool large = pg->cls == CLASS_LARGE;    /* (its free sets the page's freed flag: the slow path) */
+    if (how == DELIVER && likely(!block_looks_free(pg, b) && !large)) {
+      block_mark_free(pg, b);
+      o->block[n++] = b;
+    } else if (how == DIRECT && !large) {
+      free_one(pg, b, to);
+    } else {
+      hm_free_slow(b, true);                  /* (and a block already free is reported there) */
     }
-    block_mark_free(pg, b);
-    o->block[n++] = b;
   }
   if ((o->n = n) == 0) { rb_home(o); return; }
-  rbuf_t *top = atomic_load_explicit(&to->inbox, memory_order_relaxed);
   do {
     if (top == INBOX_CLOSED) {                  /* the owner exited: as if unbuffered */
       for (uint32_t i = 0; i < o->n; i++) {
@@ -130,7 +142,9 @@ void remote_send(rbuf_t *o) {
       return;
     }
     o->next = top;
-  } while (!atomic_compare_exchange_weak_explicit(&to->inbox, &top, o, memory_order_release, memory_order_relaxed));
+    atomic_store_explicit(&o->depth, (top ? atomic_load_explicit(&top->depth, memory_order_relaxed) : 0) + 1,
+                          memory_order_relaxed);
+  } while (!atomic_compare_exchange_weak_explicit(&to->inbox, &top, o, memory_order_acq_rel, memory_order_acquire));
   if (unlikely(atomic_load_explicit(&to->idle, memory_order_relaxed))) heap_wake_idle(to);
 }
 
@@ -140,8 +154,9 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   if (!hm_remote_on || (h == &hm_heap_empty && !(h = heap_get()))) { free_one(pg, b, to); return; }
   rbuf_t *full = NULL, *o;
   bool kept = false;
-  if (tc_enter(h)) {                            /* (else the purger is taking h->out) */
-    full = atomic_load_explicit(&h->out, memory_order_relaxed);
+  _Atomic(rbuf_t *) *slot = &h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)];
+  if (tc_enter(h)) {                            /* (else the purger is taking h->out[]) */
+    full = atomic_load_explicit(slot, memory_order_relaxed);
     if (full && full->to == to && full->n < RB_BLOCKS) {   /* (the purger was here a moment ago) */
       full->block[full->n++] = b;
       full = NULL;
@@ -151,9 +166,9 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
       o->n = 1;
       o->block[0] = b;
       kept = true;
-      atomic_store_explicit(&h->out, o, memory_order_relaxed);
+      atomic_store_explicit(slot, o, memory_order_relaxed);
     } else {
-      atomic_store_explicit(&h->out, NULL, memory_order_relaxed);
+      atomic_store_explicit(slot, NULL, memory_order_relaxed);
     }
   }
   tc_leave(h);
@@ -189,15 +204,23 @@ static void collect(heap_t *h, rbuf_t *o) {
 
 void remote_collect(heap_t *h) { collect(h, atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire)); }
 
-/* Send h's buffer now (the owner, no lock held): the heap tick, malloc_trim. */
+bool remote_held(heap_t *h) {
+  for (size_t i = 0; i < RB_SLOTS; i++)
+    if (atomic_load_explicit(&h->out[i], memory_order_relaxed)) return true;
+  return false;
+}
+
+/* Send h's buffers now (the owner, no lock held): the heap tick, malloc_trim. */
 void remote_flush(heap_t *h) {
-  rbuf_t *o = NULL;
-  if (tc_enter(h)) {
-    o = atomic_load_explicit(&h->out, memory_order_relaxed);
-    atomic_store_explicit(&h->out, NULL, memory_order_relaxed);
-  }
+  rbuf_t *o[RB_SLOTS] = { NULL };
+  if (tc_enter(h))
+    for (size_t i = 0; i < RB_SLOTS; i++) {
+      o[i] = atomic_load_explicit(&h->out[i], memory_order_relaxed);
+      atomic_store_explicit(&h->out[i], NULL, memory_order_relaxed);
+    }
   tc_leave(h);
-  if (o) remote_send(o);
+  for (size_t i = 0; i < RB_SLOTS; i++)
+    if (o[i]) remote_send(o[i]);
 }
 
 /* The thread exits (no lock held): close the inbox, free what it holds, send

@@ -202,16 +202,17 @@ void tcache_flush(heap_t *h) {
 
 /* The owner's buffer of other heaps' blocks (remote.c) is taken the same way. */
 void tcache_take(heap_t *h) {
-  rbuf_t *out = NULL;
-  if (!held_from(h, 0) && !atomic_load_explicit(&h->out, memory_order_relaxed)) return;
+  rbuf_t *out[RB_SLOTS] = { NULL };
+  if (!held_from(h, 0) && !remote_held(h)) return;
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);
   /* the owner busy: not quiet after all, its caches stay */
   if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire)) {
     for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, page_free_remote);   /* as another thread's frees */
-    out = atomic_exchange_explicit(&h->out, NULL, memory_order_relaxed);
+    for (size_t i = 0; i < RB_SLOTS; i++) out[i] = atomic_exchange_explicit(&h->out[i], NULL, memory_order_relaxed);
   }
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
-  if (out) remote_send(out);
+  for (size_t i = 0; i < RB_SLOTS; i++)
+    if (out[i]) remote_send(out[i]);
 }
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
