@@ -92,6 +92,7 @@ midlarge-t2    default  $B/mt_remote 2 20000000 400 8192 32768 0 mid
 midlarge-t4    full     $B/mt_remote 4 5000000 400 8192 32768 0 mid
 prodcons-t2    default  $B/prodcons 1 20000000 16 1024
 prodcons-t4    full     $B/prodcons 2 10000000 16 1024
+fanin-t4       full     $B/prodcons 3 2000000 16 1024 fanin
 falseshare-t2  default  $B/false_sharing 2 1000000 8 100
 falseshare-t4  full     $B/false_sharing 4 500000 8 100
 churn          default  $B/thread_churn 500 4 2000
