@@ -281,6 +281,7 @@ typedef struct rbuf_s {
  * whose number (rb_slot, given out in turn) falls there: a thread freeing
  * blocks of a few heaps in turn fills a buffer for each. */
 #define RB_SLOTS 8
+#define RB_MAX   64                  /* buffers a heap has (32 KiB, with the heap) */
 
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
@@ -320,13 +321,14 @@ typedef struct heap_s {
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
-  rbuf_t *rb_chunk;              /* the buffers this heap made (remote.c) */
-  uint32_t rb_made;
+  uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
   _Atomic(rbuf_t *) inbox;       /* buffers of this heap's blocks other threads freed */
   _Atomic(rbuf_t *) rb_back;     /* buffers this heap made, sent back empty */
+  /* its buffers for other heaps' blocks, touched as they are first used */
+  _Alignas(64) rbuf_t rb[RB_MAX];
 } heap_t;
 #define HEAP_RESET_SIZE offsetof(heap_t, lock)
 

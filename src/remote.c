@@ -25,8 +25,8 @@
  *
  * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
  * collected them a buffer's blocks go onto their pages' thread_free lists, as
- * unbuffered frees did.  A heap makes at most RB_MAX buffers; a thread that
- * has none left frees block by block.  A buffer
+ * unbuffered frees did.  A heap has RB_MAX buffers, in its struct (no mapping
+ * of their own); a thread that has none left frees block by block.  A buffer
  * waits in its thread until it is full or another owner needs its slot, and
  * at most until the thread's next heap tick (64 slow-path events), its exit,
  * malloc_trim, or, for a thread that stopped calling the allocator, the
@@ -37,7 +37,6 @@
  * quiet heap onto the pages' thread_free lists. */
 #include "hot.h"
 
-#define RB_MAX    64                        /* buffers a heap makes (32 KiB, mapped on first use) */
 #define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
 #define RB_DEPTH  8                         /* buffers an inbox takes (more: unbuffered) */
 #define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
@@ -95,8 +94,7 @@ static rbuf_t *rb_take(heap_t *h) {
     return o;
   }
   if (h->rb_made == RB_MAX) return NULL;
-  if (!h->rb_chunk && !(h->rb_chunk = os_map(RB_MAX * sizeof(rbuf_t)))) return NULL;
-  o = &h->rb_chunk[h->rb_made++];
+  o = &h->rb[h->rb_made++];
   o->home = h;
   return o;
 }
