@@ -37,6 +37,8 @@
  * quiet heap onto the pages' thread_free lists. */
 #include "hot.h"
 
+#include <sched.h>
+
 #define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
 #define RB_DEPTH  8                         /* buffers an inbox takes (more: unbuffered) */
 #define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
@@ -210,12 +212,19 @@ bool remote_held(heap_t *h) {
 
 /* Send h's buffers now (the owner, no lock held): the heap tick, malloc_trim. */
 void remote_flush(heap_t *h) {
-  rbuf_t *o[RB_SLOTS] = { NULL };
-  if (tc_enter(h))
-    for (size_t i = 0; i < RB_SLOTS; i++) {
-      o[i] = atomic_load_explicit(&h->out[i], memory_order_relaxed);
-      atomic_store_explicit(&h->out[i], NULL, memory_order_relaxed);
-    }
+  rbuf_t *o[RB_SLOTS];
+  if (!hm_remote_on) return;
+  /* The purger may be taking them (tc_stop up for a moment): if it finds this
+   * thread busy it leaves them, so wait for it rather than skip them (at the
+   * thread's exit they would be lost). */
+  while (!tc_enter(h)) {
+    tc_leave(h);
+    sched_yield();
+  }
+  for (size_t i = 0; i < RB_SLOTS; i++) {
+    o[i] = atomic_load_explicit(&h->out[i], memory_order_relaxed);
+    atomic_store_explicit(&h->out[i], NULL, memory_order_relaxed);
+  }
   tc_leave(h);
   for (size_t i = 0; i < RB_SLOTS; i++)
     if (o[i]) remote_send(o[i]);

@@ -200,7 +200,7 @@ void tcache_flush(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
 }
 
-/* The owner's buffer of other heaps' blocks (remote.c) is taken the same way. */
+/* The owner's buffers of other heaps' blocks (remote.c) are taken the same way. */
 void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
   if (!held_from(h, 0) && !remote_held(h)) return;
