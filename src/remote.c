@@ -178,18 +178,24 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
 
 /* ---- the owner's side -------------------------------------------------------- */
 
-/* Free the blocks of buffers o... (the owner, no lock held).  They are
- * marked free by their sender: the mark is cleared and they go through free's
- * fast path, which puts them on their pages or in the thread cache (or, if h
- * no longer owns the page, into h's own buffer). */
+/* Free the blocks of buffers o... (the owner, no lock held).  Their sender
+ * checked and marked them: a block of a page of h's without a thread cache
+ * goes straight onto the page's free list; the others, their mark cleared,
+ * through free's fast path (the thread cache, a parked page's slow path, or,
+ * if h no longer owns the page, h's own buffer). */
 static void collect(heap_t *h, rbuf_t *o) {
   while (o) {
     rbuf_t *next = o->next;
     for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
     for (uint32_t i = 0; i < o->n; i++) {
       block_t *b = o->block[i];
-      b[0].word = 0;
-      hm_free_block(b, true);
+      page_t *pg = page_of(segment_of(b), b);
+      if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h) {
+        hm_page_push(h, pg, b);               /* (its sender checked and marked it) */
+      } else {
+        b[0].word = 0;
+        hm_free_block(b, true);
+      }
     }
     if (h->rb_spares < RB_SPARES) {
       o->next = h->rb_spare;
