@@ -47,11 +47,11 @@ static bool already_freed(page_t *pg, const void *p) {
   if (hm_secure) return secure_is_free(pg, p);
   if (!block_looks_free(pg, p)) return false;
   heap_t *h = hm_tls_heap;
-  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || page_contains_free(pg, (uintptr_t)p)) return true;
+  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h) return true;
   heap_enter(h);
-  bool held = tcache_contains(h, pg->cls, (uintptr_t)p) || remote_contains(h, p);
+  bool freed = page_block_free(h, pg, p);
   heap_leave(h);
-  return held;
+  return freed;
 }
 
 HM_COLD void hm_free_slow(void *p, bool to_cache) {

@@ -398,6 +398,7 @@ void  pageq_remove(pageq_t *q, page_t *pg);
 void  page_free_local_slow(page_t *pg, block_t *b);
 void  page_free_remote(page_t *pg, block_t *b);
 bool  page_contains_free(page_t *pg, uintptr_t b);
+bool  page_block_free(heap_t *h, page_t *pg, const void *b);   /* (h locked) confirms a block that looks free */
 void *page_block_start(page_t *pg, const void *p);
 void  page_unpark(heap_t *h, page_t *pg);
 bool  page_unreachable(page_t *pg, uint32_t elsewhere);

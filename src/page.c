@@ -117,13 +117,16 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
   return false;
 }
 
+/* (h, pg's owner, locked) Is b, a block of pg that looks free, free: on
+ * pg's lists, in h's thread cache, or in h's inbox of other threads' frees? */
+bool page_block_free(heap_t *h, page_t *pg, const void *b) {
+  return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b) || remote_contains(h, b);
+}
+
 /* The owner frees a block on a page that is parked or looks double-freed. */
 void page_free_local_slow(page_t *pg, block_t *b) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  if (block_looks_free(pg, b)) {
-    if (page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b) || remote_contains(h, b))
-      hm_fatal("double free", b, pg);
-  }
+  if (block_looks_free(pg, b) && page_block_free(h, pg, b)) hm_fatal("double free", b, pg);
   block_set_free(pg, b, pg->free);
   pg->free = (uintptr_t)b;
   if (pg->flags & PAGE_FULL) page_unpark(h, pg);
