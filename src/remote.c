@@ -132,7 +132,7 @@ void remote_send(rbuf_t *o) {
   }
   if ((o->n = n) == 0) { rb_home(o); return; }
   do {
-    if (top == INBOX_CLOSED) {                  /* the owner exited: as if unbuffered */
+    if (top == INBOX_CLOSED) {                  /* the owner exited since: as above */
       for (uint32_t i = 0; i < o->n; i++) {
         block_t *b = o->block[i];
         b[0].word = 0;                          /* (no longer marked: freed below) */
@@ -257,9 +257,12 @@ void remote_open(heap_t *h) { atomic_store_explicit(&h->inbox, NULL, memory_orde
 /* (h locked, its owner quiet) The blocks of h's inbox onto their pages'
  * thread_free lists, as any other thread's frees. */
 void remote_take(heap_t *h) {
+  /* (a compare-exchange: an owner exiting meanwhile may have closed it, and
+   * it stays closed) */
   rbuf_t *o = atomic_load_explicit(&h->inbox, memory_order_relaxed);
-  if (!o || o == INBOX_CLOSED) return;
-  o = atomic_exchange_explicit(&h->inbox, NULL, memory_order_acquire);
+  while (o && o != INBOX_CLOSED &&
+         !atomic_compare_exchange_weak_explicit(&h->inbox, &o, NULL, memory_order_acquire, memory_order_relaxed)) {}
+  if (o == INBOX_CLOSED) return;
   while (o) {
     rbuf_t *next = o->next;
     for (uint32_t i = 0; i < o->n; i++) {
