@@ -222,7 +222,7 @@ static page_t *find_page(heap_t *h, size_t c) {
     pg = next;
   }
   if (!pg) {
-    pg = segment_page_alloc(h, class_slices(class_size(c)), (uint8_t)c);
+    pg = segment_page_alloc(h, class_slices(class_size(c)), (uint8_t)c, false);
     if (pg) {
       page_init(h, pg, class_size(c), (uint8_t)c);
       page_extend(pg);
@@ -254,15 +254,16 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
 
 /* Blocks above the largest class: a run of slices in one of the heap's
  * segments (large) or a mapping of their own (huge).  align may exceed
- * SLICE_SIZE: the block then starts inside its run, at the aligned address. */
-static void *heap_malloc_big(heap_t *h, size_t n, size_t align) {
+ * SLICE_SIZE: the block then starts inside its run, at the aligned address.
+ * grow: a buffer realloc moves to grow (placed where it may grow in place). */
+static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
   segment_caches_tick(0);
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= LARGE_MAX && slack <= LARGE_MAX) {
     size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
     if (slices < SLICES) {
-      page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE);
+      page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE, !grow);
       if (!pg) return enomem();
       segment_t *s = segment_of(pg);
       uint8_t *run = page_run(pg);
@@ -312,7 +313,7 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
     if (p) return p;
   }
   heap_enter(h);
-  void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0) : heap_malloc_class(h, c);
+  void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0, false) : heap_malloc_class(h, c);
   bool tick = --h->ticks == 0;
   if (tick) heap_tick(h);
   heap_leave(h);
@@ -335,9 +336,20 @@ void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
     while (c < CLASSES && class_size(c) % align) c++;
     if (c < CLASSES) p = heap_malloc_class(h, c);
   }
-  if (!p) p = heap_malloc_big(h, n, align);
+  if (!p) p = heap_malloc_big(h, n, align, false);
   heap_leave(h);
   purge_start_if_wanted();
+  if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
+  return p;
+}
+
+/* realloc's new block for a buffer of n > MEDIUM_MAX bytes that it moves to
+ * grow. */
+void *heap_malloc_grow(heap_t *h, size_t n) {
+  if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
+  heap_enter(h);
+  void *p = heap_malloc_big(h, n, 0, true);
+  heap_leave(h);
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }

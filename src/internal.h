@@ -229,6 +229,9 @@ typedef struct segment_s {
   _Atomic int abandoned;
   uint32_t pages_used;
   uint64_t pages_map;            /* bit d: pages[d] describes a page */
+  uint8_t fit_run[2];            /* its heap's index (segment.c): longest free run, longest
+                                    free and resident run; 0: in no bin */
+  struct segment_s *fit_next[2], *fit_prev[2];
   page_t pages[SLICES];          /* page descriptors, lowest free one first: a segment of
                                     few pages touches one OS page of header (huge: pages[1]) */
 } segment_t;
@@ -299,6 +302,9 @@ typedef struct heap_s {
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
   segment_t *segments;           /* segments owned by this heap */
+  segment_t *fit[2][SLICES];     /* the same, by longest free run and longest resident free
+                                    run: bin k holds those whose run is k slices (segment.c) */
+  uint64_t fit_map[2];           /* bit k: bin k not empty */
   uint64_t rand;                 /* per-heap PRNG state (page keys) */
   uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
@@ -362,7 +368,7 @@ bool  os_membarrier(void);                        /* a full fence on every runni
 /* segment.c */
 #define PURGE_DELAY_MAX_MS 1000
 uint64_t purge_delay_adapt(uint64_t delay, bool refault);
-page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls);
+page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls, bool tight);
 void    segment_page_free(page_t *pg);
 bool    segment_large_resize(page_t *pg, size_t slices);
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
@@ -423,6 +429,7 @@ heap_t *heap_first(void);                          /* the registry of heaps, for
 void   *heap_malloc_slow(heap_t *h, size_t n, size_t c);   /* c: n's class, or CLASS_LARGE above them */
 void    heap_tick(heap_t *h);                      /* (owner, locked) every HEAP_TICKS slow-path events */
 void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
+void   *heap_malloc_grow(heap_t *h, size_t n);          /* realloc: a big block that may grow in place */
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
 bool    heap_adopt_page(heap_t *h, page_t *pg);

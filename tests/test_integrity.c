@@ -152,4 +152,38 @@ TEST(interleaved_sizes) {
   CHECKF(bad == 0, "%d corrupted blocks", bad);
 }
 
+/* Blocks of 256 KiB-1 MiB are runs of slices in dozens of segments, found
+ * through the heap's index of free runs (segment.c).  Replacing a block by
+ * one no bigger always fits in the run just freed: no new segment is mapped,
+ * whichever run the index picks; and no block may overlap another. */
+TEST(big_blocks_reuse_freed_runs) {
+  enum { N = 240, STEPS = 20000 };
+  static blk_t v[N];
+  for (size_t i = 0; i < N; i++) {
+    v[i].n = (256 << 10) + rnd() % (768 << 10);
+    v[i].p = hakmem_malloc(v[i].n);
+    CHECK(v[i].p != NULL);
+    touch(&v[i], i, 0);
+  }
+  hakmem_stats_t before, after;
+  hakmem_stats_get(&before);
+  int bad = 0;
+  for (int k = 0; k < STEPS && !bad; k++) {
+    size_t i = rnd() % N;
+    if (!touch(&v[i], i, 1)) bad = 1;
+    hakmem_free(v[i].p);
+    v[i].n = (256 << 10) + rnd() % (v[i].n - (256 << 10) + 1);
+    v[i].gen++;
+    if (!(v[i].p = hakmem_malloc(v[i].n))) { bad = 2; break; }
+    touch(&v[i], i, 0);
+  }
+  hakmem_stats_get(&after);
+  for (size_t i = 0; i < N; i++) {
+    if (!bad && v[i].p && !touch(&v[i], i, 1)) bad = 1;
+    hakmem_free(v[i].p);
+  }
+  CHECKF(bad == 0, "%s", bad == 2 ? "an allocation failed" : "a block's content changed while it was live");
+  CHECKF(after.segments <= before.segments, "segments %zu -> %zu: a freed run was not found", before.segments, after.segments);
+}
+
 TEST_MAIN()
