@@ -112,15 +112,59 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
   return true;
 }
 
-/* ---- the heap lock ---------------------------------------------------------- */
+/* ---- the heap lock ----------------------------------------------------------
+ * The owner takes it on every slow path, the purger (or another thread's
+ * malloc_trim, both under purge.c's pass_lock) only for a heap gone quiet.
+ * An exchange on every slow path cost the owner a fifth of the time of a
+ * program of big blocks: a locked instruction waits for every store before it
+ * to complete, such as the program's writes into the block it just got.  So
+ * the lock is asymmetric, as the thread caches' busy mark (hot.h): the owner
+ * marks itself in and then reads whether the other side holds the heap, with
+ * no processor fence between; the other side marks itself, calls
+ * membarrier(), which runs a full fence on every thread of the process on a
+ * CPU, and backs off if it then sees the owner in.  One of the two sees the
+ * other.  Without membarrier (and under ThreadSanitizer, which cannot see
+ * that fence) both sides take a spin lock. */
+static bool lock_fenced;
+#if defined(__SANITIZE_THREAD__)
+#define TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TSAN 1
+#endif
+#endif
+#ifndef TSAN
+#define TSAN 0
+#endif
 
 static void lock_raw(heap_t *h) {
+  if (likely(lock_fenced)) {
+    for (;;) {
+      atomic_store_explicit(&h->owner_in, 1, memory_order_relaxed);
+      atomic_signal_fence(memory_order_seq_cst);
+      if (likely(!atomic_load_explicit(&h->other_in, memory_order_acquire))) return;
+      atomic_store_explicit(&h->owner_in, 0, memory_order_relaxed);
+      while (atomic_load_explicit(&h->other_in, memory_order_relaxed)) sched_yield();
+    }
+  }
   while (atomic_exchange_explicit(&h->lock, 1, memory_order_acquire))
     while (atomic_load_explicit(&h->lock, memory_order_relaxed)) sched_yield();
 }
-static void unlock_raw(heap_t *h) { atomic_store_explicit(&h->lock, 0, memory_order_release); }
-bool heap_trylock(heap_t *h) { return !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire); }
-void heap_unlock(heap_t *h) { unlock_raw(h); }
+static void unlock_raw(heap_t *h) {
+  if (likely(lock_fenced)) atomic_store_explicit(&h->owner_in, 0, memory_order_release);
+  else atomic_store_explicit(&h->lock, 0, memory_order_release);
+}
+bool heap_trylock(heap_t *h) {
+  if (!lock_fenced) return !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire);
+  atomic_store_explicit(&h->other_in, 1, memory_order_relaxed);
+  if (os_membarrier() && !atomic_load_explicit(&h->owner_in, memory_order_acquire)) return true;
+  atomic_store_explicit(&h->other_in, 0, memory_order_release);
+  return false;
+}
+void heap_unlock(heap_t *h) {
+  if (lock_fenced) atomic_store_explicit(&h->other_in, 0, memory_order_release);
+  else atomic_store_explicit(&h->lock, 0, memory_order_release);
+}
 
 void heap_enter(heap_t *h) {
   lock_raw(h);
@@ -457,9 +501,11 @@ static void process_init(void) {
   options_init();
   /* The purger can take what the fast paths hold (thread caches, buffers of
    * remote frees) only with membarrier; HAKMEM_THREAD_CACHE_KB=0 never asks. */
-  bool fence = hm_options.thread_cache_kb > 0 && !hm_secure && os_membarrier_init();
+  bool membarrier = os_membarrier_init();
+  bool fence = hm_options.thread_cache_kb > 0 && !hm_secure && membarrier;
   tcache_process_init(fence);
   remote_process_init(fence);
+  lock_fenced = membarrier && !TSAN;
   pthread_key_create(&heap_key, heap_thread_done);
 }
 

@@ -323,7 +323,9 @@ typedef struct heap_s {
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
   /* kept when a struct is recycled: */
-  _Atomic uint32_t lock;         /* slow paths of the owner vs. the purger */
+  _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
+  _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
+  _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */

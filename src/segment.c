@@ -466,7 +466,6 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   s->aged_slices &= ~mask;
   s->pages_used++;
   segment_index(s);
-  stat_inc(STAT_PAGES);
   return pg;
 }
 
@@ -482,7 +481,6 @@ static void page_slices_free(segment_t *s, page_t *pg) {
   s->dirty_slices |= mask;
   s->pages_used--;
   segment_index(s);
-  stat_dec(STAT_PAGES);
 }
 
 /* After slices were freed: schedule their purge.  An empty segment stays with

@@ -72,17 +72,22 @@ void stats_print(int fd) {
   census_t c;
   segment_census(&c);
   int64_t mallocs = 0, frees = 0;
-  for (unsigned k = 0; k < CLASSES + 2; k++) { mallocs += cget(&count[k].allocs); frees += cget(&count[k].frees); }
+  uint64_t pages = 0;
+  for (unsigned k = 0; k < CLASSES + 2; k++) {
+    mallocs += cget(&count[k].allocs);
+    frees += cget(&count[k].frees);
+    pages += c.cls[k].pages;
+  }
   hm_print(fd, "hakmem: statistics (pid %d)\n"
            "  memory      %.1f MiB in blocks in use, %.1f MiB in thread caches, %.1f MiB committed, %.1f MiB mapped (peak %.1f, cached %.1f); process RSS %.1f MiB\n"
            "  returned    %.1f MiB purged in total\n"
-           "  segments    %lld now, %lld peak; pages %lld now, %lld peak; huge blocks %lld now, %lld peak, %lld cached\n"
+           "  segments    %lld now, %lld peak; pages %llu; huge blocks %lld now, %lld peak, %lld cached\n"
            "  threads     %lld live, %lld peak; segments abandoned %lld, reclaimed %lld; %lld pages taken back from quiet threads\n"
            "  os calls    mmap %lld, munmap %lld, madvise %lld, mremap %lld, mprotect %lld\n",
            (int)getpid(), mib(c.in_use), mib(c.thread_cached), mib(c.committed), mib(c.mapped), mib((uint64_t)peak(STAT_MAPPED)),
            mib(c.cached), mib(process_rss()), mib((uint64_t)get(STAT_PURGED)),
            (long long)get(STAT_SEGMENTS), (long long)peak(STAT_SEGMENTS),
-           (long long)get(STAT_PAGES), (long long)peak(STAT_PAGES),
+           (unsigned long long)pages,
            (long long)get(STAT_HUGE), (long long)peak(STAT_HUGE), (long long)get(STAT_HUGE_CACHED),
            (long long)get(STAT_THREADS), (long long)peak(STAT_THREADS),
            (long long)get(STAT_ABANDONED), (long long)get(STAT_RECLAIMED), (long long)get(STAT_TRIMMED),

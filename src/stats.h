@@ -1,6 +1,8 @@
 /* stats.h — process-wide counters, the census of memory, and the report.
  *
- * Slow-path events (OS calls, segments, pages) are always counted.  Per-call
+ * Slow-path events (OS calls, segments, threads) are always counted; pages,
+ * which a program of big blocks makes and frees on every call, are counted
+ * by the census instead.  Per-call
  * counts (allocations and frees per class, thread-cache hits, remote frees)
  * exist only in slow mode (HAKMEM_STATS=1), where malloc and free bypass their
  * fast paths; with stats off the fast paths contain no counting at all. */
@@ -17,7 +19,6 @@ enum {
   STAT_SEGMENTS,      /* normal segments mapped (in use or cached) */
   STAT_HUGE,          /* huge blocks live */
   STAT_HUGE_CACHED,   /* freed huge mappings kept for reuse */
-  STAT_PAGES,         /* pages in use */
   STAT_ABANDONED,     /* segments abandoned by exiting threads (cumulative) */
   STAT_RECLAIMED,     /* segments adopted by live threads (cumulative) */
   STAT_TRIMMED,       /* pages the purger took back from quiet threads (cumulative) */
