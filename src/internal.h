@@ -363,6 +363,7 @@ void  os_protect(void *p, size_t size, bool access); /* access or a guard (PROT_
 void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed); /* NULL on failure */
 bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
 uint64_t os_now_ms(void);
+uint64_t os_coarse_ms(void);     /* os_now_ms as of the last timer tick: never ahead, a few ms behind */
 uint64_t os_random(void);
 bool  os_membarrier_init(void);                   /* can os_membarrier be used */
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */

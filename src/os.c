@@ -148,6 +148,15 @@ uint64_t os_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The same clock as of its last tick (one read of memory, no rdtsc: 3 ns
+ * against 20 here): whether a deadline may have come, tested on every big
+ * malloc and free, before os_now_ms for the work and the next deadlines. */
+uint64_t os_coarse_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 uint64_t os_random(void) {
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {

@@ -502,10 +502,10 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
     segment_release_empty(h, s);
     return true;
   }
-  uint64_t now = os_now_ms();
+  uint64_t now = s->purge_ms ? 0 : os_now_ms();   /* (only a new deadline needs the time) */
   schedule_purge(h, s, now);
   segment_caches_tick(now);
-  if (now >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
+  if ((now ? now : os_coarse_ms()) >= h->next_purge_ms) return segment_purge_due(h, PURGE_BUSY, s);
   return false;
 }
 
@@ -825,16 +825,16 @@ bool segment_huge_cache_purge(bool force, uint64_t *next) {
 /* A program with no purger thread (one thread) decays the shared caches from
  * its slow paths as well: an empty segment or a huge block it freed would
  * otherwise stay resident until the next one is freed.  Two loads while
- * nothing is due; now: the time, or 0 for "read it if something is due"
- * (a clock read costs ~20 ns, and a program that cycles pages frees one
- * every few mallocs). */
+ * nothing is due; now: the time, or 0 to test the coarse clock and read the
+ * time only if something is due (a clock read costs ~20 ns, and a program
+ * that cycles pages frees one every few mallocs). */
 void segment_caches_tick(uint64_t now) {
   uint64_t huge = atomic_load_explicit(&huge_due, memory_order_relaxed);
   uint64_t segs = atomic_load_explicit(&cache_due, memory_order_relaxed);
   if (!huge && !segs) return;
-  if (!now) now = os_now_ms();
-  if (huge && now >= huge) segment_huge_cache_purge(false, NULL);
-  if (segs && now >= segs && !purge_running()) cache_decay_now(now, false);
+  uint64_t due = now ? now : os_coarse_ms();
+  if (huge && due >= huge) segment_huge_cache_purge(false, NULL);
+  if (segs && due >= segs && !purge_running()) cache_decay_now(now ? now : os_now_ms(), false);
 }
 
 /* ---- census ------------------------------------------------------------- */
