@@ -21,6 +21,7 @@
 #include "hakmem.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -503,6 +504,56 @@ TEST(big_blocks_cross_thread_with_trim) {
     hakmem_free(rec);
   }
   CHECKF(atomic_load(&big_errors) == 0, "%d big blocks failed (content, zero, alignment or NULL)", atomic_load(&big_errors));
+}
+
+/* ---- big blocks one thread allocates and another frees -------------------- */
+/* The producer allocates nothing but blocks above the size classes; the
+ * consumer frees them, so they come back to the producer's heap as remote
+ * frees.  A heap that took those back only on a size-class malloc never
+ * reused them: every block took new memory. */
+#define RING 8
+static _Atomic(unsigned char *) ring[RING];
+static atomic_int ring_errors;
+enum { BIG_ROUNDS = 1500, BIG_SIZE = 512 << 10 };
+
+static void *big_producer(void *arg) {
+  (void)arg;
+  for (int i = 0; i < BIG_ROUNDS; i++) {
+    unsigned char *p = hakmem_malloc(BIG_SIZE);
+    if (!p) { atomic_fetch_add(&ring_errors, 1); continue; }
+    for (size_t k = 0; k < BIG_SIZE; k += 4096) p[k] = (unsigned char)i;   /* committed */
+    while (atomic_load(&ring[i % RING])) sched_yield();
+    atomic_store(&ring[i % RING], p);
+  }
+  return NULL;
+}
+
+static void *big_consumer(void *arg) {
+  (void)arg;
+  for (int i = 0; i < BIG_ROUNDS; i++) {
+    unsigned char *p;
+    while (!(p = atomic_exchange(&ring[i % RING], NULL))) sched_yield();
+    if (p[0] != (unsigned char)i || p[BIG_SIZE - 4096] != (unsigned char)i) atomic_fetch_add(&ring_errors, 1);
+    hakmem_free(p);
+  }
+  return NULL;
+}
+
+TEST(big_blocks_freed_by_another_thread_reused) {
+  hakmem_stats_t st;
+  hakmem_stats_get(&st);
+  size_t before = st.peak_mapped;
+  pthread_t p, c;
+  pthread_create(&p, NULL, big_producer, NULL);
+  pthread_create(&c, NULL, big_consumer, NULL);
+  pthread_join(p, NULL);
+  pthread_join(c, NULL);
+  hakmem_stats_get(&st);
+  NOTE("%d blocks of %d KiB: peak mapped %zu -> %zu MiB", BIG_ROUNDS, BIG_SIZE >> 10, before >> 20, st.peak_mapped >> 20);
+  CHECKF(atomic_load(&ring_errors) == 0, "%d blocks failed or corrupted", atomic_load(&ring_errors));
+  /* RING + 2 blocks are live at most: 750 MiB if none is reused */
+  CHECKF(st.peak_mapped - before < ((size_t)128 << 20), "peak mapped grew by %zu MiB: remote frees not reused",
+         (st.peak_mapped - before) >> 20);
 }
 
 TEST_MAIN()
