@@ -134,11 +134,12 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, u
 
 /* Another heap's block b (owner: to): into h's buffer for to, without
  * touching b (remote.c tests and marks the buffer's blocks when it sends it);
- * remote_free when the buffer is for another heap or full. */
+ * remote_free when the buffer is for another heap or full, or b is above 32
+ * KiB (remote_free counts those blocks' bytes). */
 HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   if (likely(tc_enter(h))) {
     rbuf_t *o = atomic_load_explicit(&h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)], memory_order_relaxed);
-    if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS)) {
+    if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS) && likely(pg->cls < TC_BIG)) {
       o->block[o->n++] = b;
       tc_leave(h);
       return;

@@ -271,13 +271,16 @@ static inline segment_t *segment_checked(const void *p) {
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
 
 /* Another heap's blocks a thread freed, on their way to that heap (remote.c). */
-#define RB_BLOCKS 60
+#define RB_BLOCKS 59
+#define RB_BYTES  ((uint32_t)1024 << 10) /* or blocks above 32 KiB of this many bytes: a thread
+                                           freeing another's big blocks holds few back */
 typedef struct rbuf_s {
   struct rbuf_s *next;           /* in an inbox or a list of spares */
   struct heap_s *home;           /* the heap that made it, which gets it back */
   struct heap_s *to;             /* the heap that owns its blocks */
   uint32_t n;
   _Atomic uint32_t depth;        /* buffers in the inbox from this one down (remote_send) */
+  uint32_t bytes;                /* the sizes of its blocks above 32 KiB */
   void *block[RB_BLOCKS];
 } rbuf_t;
 /* A thread keeps a buffer in each of RB_SLOTS slots, for the owner heaps

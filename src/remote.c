@@ -151,28 +151,38 @@ void remote_send(rbuf_t *o) {
 /* free's fast path found no room for b (a block of pg, owned by to) in h's
  * buffer: send the buffer, start another. */
 void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
-  if (!hm_remote_on || (h == &hm_heap_empty && !(h = heap_get()))) { free_one(pg, b, to); return; }
-  rbuf_t *full = NULL, *o;
+  uint32_t size = pg->cls < TC_BIG ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
+  if (!hm_remote_on || size == RB_BYTES || (h == &hm_heap_empty && !(h = heap_get()))) {
+    free_one(pg, b, to);                        /* (a block of RB_BYTES or more: on its own) */
+    return;
+  }
+  rbuf_t *send = NULL, *o;
   bool kept = false;
   _Atomic(rbuf_t *) *slot = &h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)];
   if (tc_enter(h)) {                            /* (else the purger is taking h->out[]) */
-    full = atomic_load_explicit(slot, memory_order_relaxed);
-    if (full && full->to == to && full->n < RB_BLOCKS) {   /* (the purger was here a moment ago) */
-      full->block[full->n++] = b;
-      full = NULL;
+    o = atomic_load_explicit(slot, memory_order_relaxed);
+    if (o && o->to == to && o->n < RB_BLOCKS) {   /* (the purger was here a moment ago, or b is big) */
+      o->block[o->n++] = b;
+      o->bytes += size;
       kept = true;
-    } else if ((o = rb_take(h)) != NULL) {
-      o->to = to;
-      o->n = 1;
-      o->block[0] = b;
-      kept = true;
-      atomic_store_explicit(slot, o, memory_order_relaxed);
+      if (o->bytes >= RB_BYTES) {               /* big blocks go back soon */
+        send = o;
+        atomic_store_explicit(slot, NULL, memory_order_relaxed);
+      }
     } else {
-      atomic_store_explicit(slot, NULL, memory_order_relaxed);
+      send = o;
+      if ((o = rb_take(h)) != NULL) {
+        o->to = to;
+        o->n = 1;
+        o->bytes = size;
+        o->block[0] = b;
+        kept = true;
+      }
+      atomic_store_explicit(slot, o, memory_order_relaxed);
     }
   }
   tc_leave(h);
-  if (full) remote_send(full);
+  if (send) remote_send(send);
   if (!kept) free_one(pg, b, to);
 }
 
