@@ -184,6 +184,12 @@ static segment_t *segment_new(heap_t *h) {
     cache_count--;
     if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * cache_delay_ms)
       cache_delay_ms = purge_delay_adapt(cache_delay_ms, true);
+  } else if (retired) {
+    /* one waiting to be unmapped: the threads need more segments than the
+     * cache holds after all (a burst of big blocks freed by other threads) */
+    s = retired;
+    retired = s->next;
+    retired_count--;
   } else {
     if (!reserve_left) {
       size_t n = reserve_batch;
