@@ -441,7 +441,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   int k = fit_find(h, 1, n) ? 1 : fit_find(h, 0, n) ? 0 : -1;
   if (k >= 0) {
     if (tight) s = fit_find(h, k, n);
-    else for (s = h->segments; s->fit_run[k] < n; s = s->next) {}
+    else for (s = h->segments; s->fit_run[k] < n; s = s->next) {}   /* (one is there: the bins hold h's) */
     i = find_run(k ? s->used_slices | ~s->dirty_slices : s->used_slices, n);
   }
   if (!s) {
