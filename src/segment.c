@@ -142,8 +142,9 @@ static void fit_link(heap_t *h, segment_t *s, int k, unsigned r) {
 static void segment_index(segment_t *s) {
   heap_t *h = s->heap;
   if (!h) return;
-  uint64_t free = ~s->used_slices;
-  unsigned r[2] = { longest_run(free), longest_run(free & s->dirty_slices) };
+  uint64_t free = ~s->used_slices, resident = free & s->dirty_slices;
+  unsigned r[2] = { longest_run(free), 0 };
+  r[1] = resident == free ? r[0] : longest_run(resident);   /* (mostly one or the other) */
   for (int k = 0; k < 2; k++)
     if (r[k] != s->fit_run[k]) {
       fit_unlink(h, s, k);
