@@ -439,9 +439,11 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
    * segment with room, as the heap's last runs went: a growing buffer then
    * finds free slices after it more often (realloc-64 ran 30 % slower with
    * best fit for its moves; docs/performance.md). */
-  int k = fit_find(h, 1, n) ? 1 : fit_find(h, 0, n) ? 0 : -1;
-  if (k >= 0) {
-    if (tight) s = fit_find(h, k, n);
+  int k = 1;
+  segment_t *fit = fit_find(h, k, n);
+  if (!fit) fit = fit_find(h, k = 0, n);
+  if (fit) {
+    if (tight) s = fit;
     else for (s = h->segments; s->fit_run[k] < n; s = s->next) {}   /* (one is there: the bins hold h's) */
     i = find_run(k ? s->used_slices | ~s->dirty_slices : s->used_slices, n);
   }
