@@ -20,8 +20,8 @@
 #include <sched.h>
 #include <string.h>
 
-/* size_class of every multiple of 16 up to TABLE_MAX, worked out by the
- * compiler (the same formula as size_class). */
+/* size_class of every multiple of 16 up to SMALL_MAX and of 512 up to
+ * MEDIUM_MAX, worked out by the compiler (the same formula as size_class). */
 #define SC(n)    ((n) <= 128 ? ((n) <= 16 ? 0 : ((n) - 1) >> 4) \
                   : 8 + (63 - __builtin_clzl((n) - 1) - 7) * 4 + ((((n) - 1) >> (63 - __builtin_clzl((n) - 1) - 2)) & 3) \
                     + ((n) > SIZE_4K5))
@@ -29,15 +29,23 @@
 #define C4(i)    C1(i), C1((i) + 1), C1((i) + 2), C1((i) + 3)
 #define C16(i)   C4(i), C4((i) + 4), C4((i) + 8), C4((i) + 12)
 #define C128(i)  C16(i), C16((i) + 16), C16((i) + 32), C16((i) + 48), C16((i) + 64), C16((i) + 80), C16((i) + 96), C16((i) + 112)
-#define C1024(i) C128(i), C128((i) + 128), C128((i) + 256), C128((i) + 384), C128((i) + 512), C128((i) + 640), C128((i) + 768), C128((i) + 896)
-const uint8_t hm_class_table[TABLE_SLOTS] = { C1024(0), C1024(1024), C1(2048) };
-_Static_assert(TABLE_SLOTS == 2049, "the initializer covers 2049 sizes");
+const uint8_t hm_class_small[SMALL_MAX / 16 + 1] = { C128(0), C16(128), C16(144), C16(160), C16(176), C16(192), C16(208), C1(224) };
+_Static_assert(SMALL_MAX / 16 + 1 == 225, "the initializer covers 225 sizes");
+#define B1(i)    (uint8_t)SC((size_t)(i) * 512)
+#define B4(i)    B1(i), B1((i) + 1), B1((i) + 2), B1((i) + 3)
+#define B16(i)   B4(i), B4((i) + 4), B4((i) + 8), B4((i) + 12)
+#define B128(i)  B16(i), B16((i) + 16), B16((i) + 32), B16((i) + 48), B16((i) + 64), B16((i) + 80), B16((i) + 96), B16((i) + 112)
+const uint8_t hm_class_big[MEDIUM_MAX / 512 + 1] = { B128(0), B128(128), B128(256), B128(384), B1(512) };
+_Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
 #undef SC
 #undef C1
 #undef C4
 #undef C16
 #undef C128
-#undef C1024
+#undef B1
+#undef B4
+#undef B16
+#undef B128
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
@@ -283,7 +291,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   if (unlikely(hm_slow_mode)) {
     if (class_cached(c) && hm_tcache_on) {   /* (the fast path, which would pop, keeps out) */
       void *b = tc_pop(h, &h->tc[c - TC_MIN]);
-      if (b && c >= TC_BIG) tc_big_popped(h, c);
+      if (b) h->tc_popped[c] = 1;
       stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
       if (b) return b;
     }
@@ -338,18 +346,19 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
 
 #define HEAP_TICKS 64
 
-/* Every HEAP_TICKS slow-path events (here and tcache_push_big): the decays
- * that page frees drive (segment_after_free), for a program that frees no
- * page for a while, its blocks waiting in thread caches.  Without a clock
- * read when nothing waits for one. */
+/* Every HEAP_TICKS slow-path events, and every 256th thread cache push: the
+ * decays that page frees drive (segment_after_free), for a program that
+ * frees no page for a while, its blocks waiting in thread caches.  The
+ * deadlines are tested on the coarse clock (never ahead of the precise one),
+ * which is read only when something is due. */
 void heap_tick(heap_t *h) {
   h->ticks = HEAP_TICKS;
   segment_caches_tick(0);
-  bool cached = tcache_big_held(h);
+  bool cached = tcache_held(h);
   if (!cached && !h->next_purge_ms) return;
-  uint64_t now = os_now_ms();
-  if (h->next_purge_ms && now >= h->next_purge_ms) segment_purge_due(h, PURGE_BUSY, NULL);
-  if (cached) tcache_decay(h, now);
+  uint64_t coarse = os_coarse_ms();
+  if (h->next_purge_ms && coarse >= h->next_purge_ms) segment_purge_due(h, PURGE_BUSY, NULL);
+  if (cached && coarse >= h->tc_decay_ms) tcache_decay(h, os_now_ms());
 }
 
 void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {

@@ -1,6 +1,6 @@
 /* hot.h — the fast paths of malloc and free, everything else is a call away.
  *
- * malloc(n):               class of n (a table lookup up to 32 KiB); above
+ * malloc(n):               class of n (a table lookup up to 256 KiB); above
  *                          3.5 KiB, pop the heap's thread cache of the class
  *                          if it has a block; else page = heap->current[class],
  *                          pop page->free.
@@ -9,8 +9,8 @@
  *                          is a block start that does not look already freed,
  *                          and page->local says this thread owns the page:
  *                          push it on page->free, or, for classes from 4 KiB
- *                          (local = owner + 1, or + 2 above 32 KiB), on the
- *                          thread cache of its class if that has room; if
+ *                          (local = owner + 1), on the thread cache of its
+ *                          class if that has room; if
  *                          another thread owns the page, append it to this
  *                          thread's buffer of that heap's blocks (remote.c).
  * No locks, no atomic read-modify-write, no per-block header.
@@ -75,24 +75,11 @@ HM_INLINE bool tc_push(heap_t *h, _Atomic uintptr_t *t, page_t *pg, block_t *b) 
   return true;
 }
 
-/* A block of class c (TC_MIN <= c <= class of TABLE_MAX) from h's cache, or NULL. */
+/* A block of class c (one with a cache) from h's cache, or NULL.  The cache
+ * is in use: the decay leaves it (tcache.c). */
 HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
-  block_t *b = tc_enter(h) ? tc_pop(h, &h->tc[c - TC_MIN]) : NULL;
-  tc_leave(h);
-  return b;
-}
-
-/* A block of class c above 32 KiB left its cache: its bytes are room again,
- * and the cache is in use (the decay leaves it). */
-HM_INLINE void tc_big_popped(heap_t *h, size_t c) {
-  h->tc_room += hm_big_size[c - TC_BIG];
-  h->tc_popped[c - TC_BIG] = 1;
-}
-
-/* The same as hm_tcache_pop for class c above 32 KiB. */
-HM_INLINE void *hm_tcache_pop_big(heap_t *h, size_t c) {
   block_t *b = NULL;
-  if (tc_enter(h) && (b = tc_pop(h, &h->tc[c - TC_MIN])) != NULL) tc_big_popped(h, c);
+  if (likely(tc_enter(h)) && (b = tc_pop(h, &h->tc[c - TC_MIN])) != NULL) h->tc_popped[c] = 1;
   tc_leave(h);
   return b;
 }
@@ -101,18 +88,16 @@ HM_INLINE void *hm_tcache_pop_big(heap_t *h, size_t c) {
  * *c the class for heap_malloc_slow (CLASS_LARGE above the classes). */
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   if (likely(n <= TC_MIN_SIZE)) {
-    *c = hm_class_table[(n + 15) >> 4];
+    *c = hm_class_small[(n + 15) >> 4];
     page_t *pg = h->current[*c];
     return likely(pg->free != 0) ? hm_page_pop(pg, true) : NULL;
-  } else if (n <= TABLE_MAX) {
-    *c = hm_class_table[(n + 15) >> 4];
+  } else if (likely(n <= MEDIUM_MAX)) {
+    *c = hm_class_big[(n + 511) >> 9];
     void *b = hm_tcache_pop(h, *c);
     if (b) return b;
   } else {
-    if (unlikely(n > MEDIUM_MAX)) { *c = CLASS_LARGE; return NULL; }
-    *c = size_class(n);
-    void *b = hm_tcache_pop_big(h, *c);
-    if (b) return b;
+    *c = CLASS_LARGE;
+    return NULL;
   }
   page_t *pg = h->current[*c];
   if (likely(pg->free != 0)) return hm_page_pop(pg, false);
@@ -139,7 +124,7 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, u
 HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   if (likely(tc_enter(h))) {
     rbuf_t *o = atomic_load_explicit(&h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)], memory_order_relaxed);
-    if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS) && likely(pg->cls < TC_BIG)) {
+    if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS) && likely(pg->cls < CLASS_OVER_32K)) {
       o->block[o->n++] = b;
       tc_leave(h);
       return;
@@ -161,12 +146,15 @@ HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) {
 
 /* Cache b, a block of pg (a class with a cache), owned by h and not looking
  * free; a full cache is tcache_full's (a tail call: free's fast path then
- * saves no registers). */
+ * saves no registers).  Every 256th push ticks (tcache.c). */
 HM_INLINE void hm_tcache_push(heap_t *h, page_t *pg, block_t *b) {
   if (likely(tc_enter(h))) {
     bool done = tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b);
     tc_leave(h);
-    if (likely(done)) return;
+    if (likely(done)) {
+      if (unlikely(++h->tc_pushes == 0)) tcache_tick(h);
+      return;
+    }
     tcache_full(h, pg, b);
     return;
   }
@@ -190,12 +178,6 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
       if (likely(hm_freeable(pg, b, area, off))) {
         if (to_cache) hm_tcache_push(h, pg, b);
-        else hm_page_push(h, pg, b);
-        return;
-      }
-    } else if (local == (uintptr_t)h + 2) {          /* the same, a block above 32 KiB */
-      if (likely(hm_freeable(pg, b, area, off))) {
-        if (to_cache) tcache_push_big(h, pg, b);
         else hm_page_push(h, pg, b);
         return;
       }

@@ -66,12 +66,18 @@ static inline size_t size_class(size_t n) {
   unsigned b = 63 - (unsigned)__builtin_clzl(m);            /* floor(log2(n-1)) >= 7 */
   return 8 + (b - 7) * 4 + ((m >> (b - 2)) & 3) + (n > SIZE_4K5);
 }
-/* malloc's class table for sizes up to 32 KiB, in 16-byte steps (2 KiB):
- * one load, and no branch on the size, so a program mixing sizes does not
- * pay mispredicted jumps. */
+/* malloc's class tables: sizes up to 3.5 KiB in 16-byte steps, and above
+ * it in 512-byte steps up to MEDIUM_MAX (every class boundary there is a
+ * multiple of 512 bytes).  One load, and no branch on the size within each,
+ * so a program mixing sizes does not pay mispredicted jumps. */
+#define SMALL_MAX     ((size_t)3584)            /* class_size(CLASS_4K - 1) */
+extern const uint8_t hm_class_small[SMALL_MAX / 16 + 1];
+extern const uint8_t hm_class_big[MEDIUM_MAX / 512 + 1];
+static inline size_t class_of(size_t n) {         /* n <= MEDIUM_MAX */
+  return n <= SMALL_MAX ? hm_class_small[(n + 15) >> 4] : hm_class_big[(n + 511) >> 9];
+}
+/* Aligned requests up to 32 KiB take malloc's fast path (alloc.c). */
 #define TABLE_MAX     ((size_t)32 << 10)
-#define TABLE_SLOTS   (TABLE_MAX / 16 + 1)
-extern const uint8_t hm_class_table[TABLE_SLOTS];
 static inline size_t class_size(size_t c) {
   if (c < 8) return (c + 1) * 16;
   if (c == CLASS_4K + 1) return SIZE_4K5;
@@ -85,17 +91,14 @@ static inline size_t class_size(size_t c) {
  * (blocks of these classes are multiples of 512 bytes from a 64 KiB boundary),
  * how many more blocks it may take.  A cached block's first word is its
  * page's key (it looks free), its second the cache's word as
- * it was before the block came, encoded with the heap's tc_key.  The caches
- * of 4-32 KiB (TC_SMALL classes) are bounded by that room alone, on the fast
- * paths; those above (to 256 KiB) also by the bytes they hold (tc_room). */
+ * it was before the block came, encoded with the heap's tc_key.  The fast
+ * paths test only that room. */
 #define TC_MIN      CLASS_4K
-#define TC_MIN_SIZE ((size_t)3584)               /* class_size(TC_MIN - 1): sizes above it have one */
-#define TC_SMALL    14                           /* up to 32 KiB (TABLE_MAX) */
-#define TC_BIG      (TC_MIN + TC_SMALL)          /* the first class above TABLE_MAX */
+#define TC_MIN_SIZE SMALL_MAX                    /* class_size(TC_MIN - 1): sizes above it have one */
 #define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
 #define TC_ROOM     ((uintptr_t)511)
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
-extern uint32_t hm_big_size[TC_CLASSES - TC_SMALL];   /* class_size(TC_BIG + i), one load */
+#define CLASS_OVER_32K (TC_MIN + 14)             /* the first class above 32 KiB */
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
@@ -136,8 +139,7 @@ typedef struct page_s {
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0, and
-                                    + 1 if the class has a thread cache of 4-32 KiB, + 2 of
-                                    32-256 KiB (tc_room counts its bytes): the one test free's
+                                    + 1 if the class has a thread cache: the one test free's
                                     fast path makes (page_set_local; any thread reads it, hence
                                     atomic, relaxed: a plain load) */
   size_t block_size;
@@ -167,7 +169,7 @@ _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 /* A page's owner and flags are set together with local. */
 static inline void page_set_local(page_t *pg) {
   uintptr_t h = (uintptr_t)atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  uintptr_t cached = !hm_tcache_on || !class_cached(pg->cls) ? 0 : pg->cls < TC_BIG ? 1 : 2;
+  uintptr_t cached = hm_tcache_on && class_cached(pg->cls);
   atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : h + cached, memory_order_relaxed);
 }
 static inline void page_set_flags(page_t *pg, uint8_t f) {
@@ -313,15 +315,14 @@ typedef struct heap_s {
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
   struct heap_s *next_free;      /* recycled heap structs */
   bool live;                     /* a thread owns the heap (false once it exited) */
-  _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: up to 32 KiB doubled when
-                                    full and reset when emptied, above it TC_MAX (tcache.c);
-                                    the census reads it */
-  uint32_t tc_kb;                /* caps times block sizes of the 4-32 KiB caches, KiB */
-  int64_t tc_room;               /* bytes of HAKMEM_THREAD_CACHE_KB neither reserved by the
-                                    4-32 KiB caches' caps nor held by the bigger ones */
-  uint8_t tc_popped[TC_CLASSES - TC_SMALL]; /* big caches popped since the last decay */
-  uint64_t tc_decay_ms;          /* when the decay next drains the unpopped big caches */
+  _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
+                                    when emptied (tcache.c); the census reads it */
+  uint32_t tc_kb;                /* caps times block sizes, KiB: at most HAKMEM_THREAD_CACHE_KB */
+  uint8_t tc_popped[CLASSES];    /* caches popped since the last decay, by class (one store) */
+  uint64_t tc_decay_ms;          /* when the decay next drains the unpopped caches */
   uint32_t ticks;                /* slow-path events left before heap_tick */
+  uint8_t tc_pushes;             /* thread cache pushes, mod 256: each wrap is a tick (not
+                                    beside tc_busy: fixed-4k ran 10 % slower with it there) */
   uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
@@ -448,9 +449,9 @@ void tcache_flush(heap_t *h);                      /* (owner, locked) every cach
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
 bool tcache_put(heap_t *h, page_t *pg, block_t *b);        /* (owner, busy or locked) push b, growing a full cache */
 void tcache_full(heap_t *h, page_t *pg, block_t *b);       /* (owner) free's fast path found the cache full */
-void tcache_push_big(heap_t *h, page_t *pg, block_t *b);   /* (owner) free's fast path, a block above 32 KiB */
-bool tcache_big_held(heap_t *h);                   /* (owner, locked) blocks wait in the caches above 32 KiB */
-void tcache_decay(heap_t *h, uint64_t now);        /* (owner, locked) empty the big caches left unpopped */
+void tcache_tick(heap_t *h);                       /* (owner) hm_tcache_push's 256th push: heap_tick */
+bool tcache_held(heap_t *h);                       /* (owner, locked) blocks wait in the caches */
+void tcache_decay(heap_t *h, uint64_t now);        /* (owner, locked) empty the caches left unpopped */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */
 void tcache_census(uint64_t *blocks);              /* cached blocks per class, every heap (a snapshot) */
 
@@ -495,7 +496,7 @@ void  secure_guard_set(void *p, size_t size);
 void  secure_page_guard(segment_t *s, size_t first, size_t n);
 
 /* alloc.c: the API behind both the hakmem_* and the standard names */
-/* to_cache: a 4-32 KiB block may wait in the thread cache (not realloc's old block) */
+/* to_cache: a 4-256 KiB block may wait in the thread cache (not realloc's old block) */
 void hm_free_slow(void *p, bool to_cache);
 void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache);   /* free a checked block */
 void  *hm_malloc(size_t n);

@@ -151,7 +151,7 @@ void remote_send(rbuf_t *o) {
 /* free's fast path found no room for b (a block of pg, owned by to) in h's
  * buffer: send the buffer, start another. */
 void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
-  uint32_t size = pg->cls < TC_BIG ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
+  uint32_t size = pg->cls < CLASS_OVER_32K ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
   if (!hm_remote_on || size == RB_BYTES || (h == &hm_heap_empty && !(h = heap_get()))) {
     free_one(pg, b, to);                        /* (a block of RB_BYTES or more: on its own) */
     return;

@@ -95,7 +95,7 @@ void stats_print(int fd) {
            (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP), (long long)get(STAT_OS_MPROTECT));
   if (hm_slow_mode) {
     int64_t hits = get(STAT_HITS), refills = get(STAT_REFILLS), tc_hits = get(STAT_TC_HITS), tc_all = tc_hits + get(STAT_TC_MISSES);
-    hm_print(fd, "  calls       %lld mallocs, %lld frees; %.1f %% of 4-32 KiB mallocs served by the thread cache, "
+    hm_print(fd, "  calls       %lld mallocs, %lld frees; %.1f %% of 4-256 KiB mallocs served by the thread cache, "
              "and %.1f %% of the other class mallocs by the current page\n"
              "  remote      %lld frees of other threads' blocks, %lld taken back by their owners\n"
              "  requested   %.1f MiB in total\n",

@@ -25,8 +25,8 @@ enum {
   STAT_THREADS,       /* live heaps */
   /* slow mode only (cumulative) */
   STAT_REQUESTED,     /* bytes asked for by malloc & co. */
-  STAT_TC_HITS,       /* 4-32 KiB mallocs served by the thread cache */
-  STAT_TC_MISSES,     /* 4-32 KiB mallocs that found it empty */
+  STAT_TC_HITS,       /* 4-256 KiB mallocs served by the thread cache */
+  STAT_TC_MISSES,     /* 4-256 KiB mallocs that found it empty */
   STAT_HITS,          /* mallocs served by the class's current page */
   STAT_REFILLS,       /* mallocs that had to collect, carve or find another page */
   STAT_REMOTE_SENT,   /* frees of blocks owned by another thread */

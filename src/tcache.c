@@ -14,23 +14,24 @@
  * page's key, the free mark, so it looks free and a second free of it goes to
  * the slow path, which finds it here (tcache_contains).
  *
- * Size.  HAKMEM_THREAD_CACHE_KB bounds what a heap's caches hold.  The 4-32
- * KiB caches are pushed and popped on malloc's and free's fast paths, which
- * test only the room left in the cache's word, so they count against the
- * bound by their room: each starts at TC_START blocks and, when free finds it
- * full, doubles (tcache_put), up to TC_MAX, while their caps stay within a
- * quarter of the bound and the whole within the bound.  A thread
- * that frees batches of one class gets room for the batch, one that frees a
- * few blocks of each keeps little.  Emptying a cache (below) takes it back to
- * TC_START.  The caches above 32 KiB (to 256 KiB) count against it by the
- * bytes they hold (tc_room, kept by their own push and pop): their blocks are
- * big and a thread that mixes them at random needs many of each class at
- * hand, more than caps reserved for all classes alike would allow.  Once the
- * bound is reached, freed blocks go to their pages.
+ * Size.  HAKMEM_THREAD_CACHE_KB bounds what a heap's caches may hold.  The
+ * fast paths test only the room left in the cache's word, so the caches
+ * count against the bound by their caps (blocks times block size): each
+ * starts at TC_START blocks (fewer where an eighth of the bound holds fewer)
+ * and, when free finds it full, doubles (tcache_put), up to TC_MAX, while the
+ * caps stay within the bound.  A thread that frees batches of one class gets
+ * room for the batch, one that frees a few blocks of each keeps little.
+ * Emptying a cache (below) takes it back to its first size.  All classes from
+ * 4 KiB to 256 KiB work alike, so that malloc and free take the same steps
+ * for all of them (two kinds of cache, split at 32 KiB, cost a program
+ * mixing 16-64 KiB blocks at random 30 % of its speed in mispredicted
+ * branches: docs/performance.md).
  *
- * Decay.  A big cache that malloc has not popped for a second gives its
- * blocks back to their pages (tcache_decay, on the heap's tick): a thread
- * that moved on to other sizes does not keep them.
+ * Decay.  A cache that malloc has not popped for a second gives its blocks
+ * back to their pages (tcache_decay, on the heap's tick): a thread that moved
+ * on to other sizes does not keep them.  A program may run on its caches
+ * with no slow path at all, so every 256th push runs the tick too
+ * (tcache_tick).
  *
  * Emptying.  The owner empties its caches when its thread exits and in
  * malloc_trim (tcache_flush).  A thread that stops calling the allocator
@@ -56,65 +57,41 @@
 #define TC_MAX   64
 #define TC_DECAY_MS 1000
 _Static_assert(TC_MAX <= TC_ROOM, "the cache word's low bits count the room");
-static uint32_t cap;                         /* blocks per cache at first; 0: off */
+static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
-uint32_t hm_big_size[TC_CLASSES - TC_SMALL];
 
 static uint32_t class_kb(size_t i) { return (uint32_t)((class_size(TC_MIN + i) + 1023) >> 10); }
-
-/* The 4-32 KiB caches' caps may reserve a quarter of the bound: their room
- * is held as long as the thread runs (no decay: their pops are on malloc's
- * fast path, which keeps no record). */
-static size_t small_kb(void) { return (size_t)hm_options.thread_cache_kb / 4; }
+static size_t bound_kb(void) { return (size_t)hm_options.thread_cache_kb; }
 
 void tcache_process_init(bool fence) {
-  uint32_t all_kb = 0;                       /* one block of each class */
-  for (size_t i = 0; i < TC_SMALL; i++) all_kb += class_kb(i);
-  size_t k = small_kb() / all_kb;
-  if (k > TC_START) k = TC_START;
-  for (size_t i = 0; i < TC_CLASSES - TC_SMALL; i++) hm_big_size[i] = (uint32_t)class_size(TC_BIG + i);
-  cap = k == 0 || !fence ? 0 : (uint32_t)k;
-  hm_tcache_on = cap > 0;
+  size_t first_kb = bound_kb() / 8;          /* per cache, at first */
+  for (size_t i = 0; i < TC_CLASSES; i++) {
+    size_t k = first_kb / class_kb(i);
+    start_cap[i] = (uint16_t)(!fence ? 0 : k < TC_START ? k : TC_START);
+  }
+  hm_tcache_on = start_cap[0] > 0;           /* (the smallest class gets the most) */
 }
 
 static uint32_t cap_of(heap_t *h, size_t i) { return atomic_load_explicit(&h->tc_cap[i], memory_order_relaxed); }
 static void set_cap(heap_t *h, size_t i, uint32_t n) {
-  int64_t kb = (int64_t)n * class_kb(i) - (int64_t)cap_of(h, i) * class_kb(i);
-  h->tc_kb = (uint32_t)(h->tc_kb + kb);
-  h->tc_room -= kb * 1024;
+  h->tc_kb = h->tc_kb + n * class_kb(i) - cap_of(h, i) * class_kb(i);
   atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
 }
 
-/* Push b, a block above 32 KiB, if the bound has room for it. */
-HM_INLINE bool put_big(heap_t *h, page_t *pg, block_t *b) {
-  if ((int64_t)pg->block_size > h->tc_room || !tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b)) return false;
-  h->tc_room -= (int64_t)pg->block_size;
-  return true;
+/* Every 256th push (hm_tcache_push): the heap's tick. */
+void tcache_tick(heap_t *h) {
+  heap_enter(h);
+  heap_tick(h);
+  heap_leave(h);
 }
 
-/* free's fast path for a block above 32 KiB.  A program may run on these
- * caches with no other slow path (no page frees), so each push counts
- * towards the heap's next tick. */
-void tcache_push_big(heap_t *h, page_t *pg, block_t *b) {
-  bool done = tc_enter(h) && put_big(h, pg, b);
-  tc_leave(h);
-  if (!done) hm_page_push(h, pg, b);
-  if (--h->ticks == 0) {
-    heap_enter(h);
-    heap_tick(h);
-    heap_leave(h);
-  }
-}
-
-/* Push b; if its cache is full, double the cache first if the budget allows. */
+/* Push b; if its cache is full, double the cache first if the bound allows. */
 bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
-  if (pg->cls >= TC_BIG) return put_big(h, pg, b);
   size_t i = (size_t)pg->cls - TC_MIN;
   _Atomic uintptr_t *t = &h->tc[i];
   if (tc_push(h, t, pg, b)) return true;
   uint32_t c = cap_of(h, i), add = c < TC_MAX - c ? c : TC_MAX - c;
-  size_t left = h->tc_room > 0 ? (size_t)h->tc_room >> 10 : 0, small_left = small_kb() > h->tc_kb ? small_kb() - h->tc_kb : 0;
-  if (left > small_left) left = small_left;
+  size_t left = bound_kb() > h->tc_kb ? bound_kb() - h->tc_kb : 0;
   if (add * class_kb(i) > left) add = (uint32_t)(left / class_kb(i));
   if (add == 0) return false;
   set_cap(h, i, c + add);
@@ -135,11 +112,9 @@ void tcache_full(heap_t *h, page_t *pg, block_t *b) {
   if (!done) hm_page_push(h, pg, b);
 }
 
-/* Cache i empty, at its first size.  (The big caches' room is fixed: their
- * bytes bound them.) */
+/* Cache i empty, at its first size. */
 static void reset(heap_t *h, size_t i) {
-  if (i < TC_SMALL) set_cap(h, i, cap);
-  else atomic_store_explicit(&h->tc_cap[i], TC_MAX, memory_order_relaxed);
+  set_cap(h, i, start_cap[i]);
   tc_set(&h->tc[i], cap_of(h, i));
 }
 
@@ -148,7 +123,6 @@ static void reset(heap_t *h, size_t i) {
  * the heap lock. */
 void tcache_init(heap_t *h) {
   h->tc_key = os_random();
-  h->tc_room = hm_options.thread_cache_kb << 10;   /* (less the caps reset() sets) */
   for (size_t i = 0; i < TC_CLASSES; i++) reset(h, i);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
@@ -160,7 +134,6 @@ static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
   for (block_t *b; (b = (block_t *)(w & ~TC_ROOM)) != NULL;) {
     w = b[1].word ^ h->tc_key;
     b[1].word = 0;
-    if (i >= TC_SMALL) h->tc_room += hm_big_size[i - TC_SMALL];
     release(page_of(segment_of(b), b), b);
   }
 }
@@ -178,20 +151,20 @@ static bool held_from(heap_t *h, size_t first) {
   return false;
 }
 
-/* Are blocks waiting in the big caches?  (If not, the decay restarts.) */
-bool tcache_big_held(heap_t *h) {
-  bool held = held_from(h, TC_SMALL);
+/* Are blocks waiting in the caches?  (If not, the decay restarts.) */
+bool tcache_held(heap_t *h) {
+  bool held = held_from(h, 0);
   if (!held) h->tc_decay_ms = 0;
   return held;
 }
 
-/* A big cache not popped from for a whole TC_DECAY_MS gives its blocks back
- * to their pages, whose memory the segments' decay then returns to the OS. */
+/* A cache not popped from for a whole TC_DECAY_MS gives its blocks back to
+ * their pages, whose memory the segments' decay then returns to the OS. */
 void tcache_decay(heap_t *h, uint64_t now) {
   if (h->tc_decay_ms && now < h->tc_decay_ms) return;
   if (h->tc_decay_ms)
-    for (size_t i = TC_SMALL; i < TC_CLASSES; i++)
-      if (!h->tc_popped[i - TC_SMALL]) drain(h, i, release_local);
+    for (size_t i = 0; i < TC_CLASSES; i++)
+      if (!h->tc_popped[TC_MIN + i]) drain(h, i, release_local);
   memset(h->tc_popped, 0, sizeof h->tc_popped);
   h->tc_decay_ms = now + TC_DECAY_MS;
 }

@@ -44,9 +44,10 @@ TEST(draining_segments_not_purged_piecemeal) {
   NOTE("%zu madvise calls while %zu segments drained", calls, a.segments);
   CHECKF(calls <= 4, "%zu madvise calls while the segments drained", calls);
   /* The frees have stopped: the thread's next slow paths purge, or its
-   * frees of blocks that wait in its thread cache (which free no page). */
+   * frees of blocks that wait in its thread cache (which free no page: every
+   * 256th counts as one). */
   for (int r = 0; r < 6; r++) {
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < 256; i++) {
       void *q = hakmem_malloc(96 << 10);        /* first a 6-slice page, in one of their free runs */
       CHECK(q != NULL);
       memset(q, 2, 64);
@@ -90,11 +91,11 @@ TEST(cached_segments_purged_after_delay) {
   long full = test_rss_kib();
   CHECKF(a.cached >= (size_t)8 << 20, "%zu bytes of empty segments cached", a.cached);
   /* Work that allocates and frees a block of 96 KiB now and then, long after
-   * the cache's delay (the block waits in the thread cache: the tick is
-   * counted there). */
+   * the cache's delay (the block waits in the thread cache: every 256th push
+   * counts towards the tick). */
   for (int r = 0; r < 6; r++) {
     test_sleep_ms(12);
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < 256; i++) {
       void *q = hakmem_malloc(96 << 10);
       CHECK(q != NULL);
       memset(q, 2, 64);

@@ -33,25 +33,26 @@ TEST(class_round_trip) {
   }
 }
 
-/* malloc's fast path takes the class of sizes up to TABLE_MAX from a table
- * the compiler filled in: it must agree with size_class. */
 /* The thread caches' classes: from TC_MIN_SIZE (exclusive) to MEDIUM_MAX,
- * those of malloc's table first (to TABLE_MAX), multiples of 512 bytes (the
- * cache's word keeps its room in the low 9 bits). */
+ * multiples of 512 bytes (the cache's word keeps its room in the low 9
+ * bits). */
 TEST(thread_cache_classes) {
   CHECK(class_size(TC_MIN - 1) == TC_MIN_SIZE);
   CHECK(class_size(TC_MIN) == 4096);
-  CHECK(class_size(TC_BIG - 1) == TABLE_MAX);
+  CHECK(class_size(CLASS_OVER_32K - 1) == TABLE_MAX);
   CHECK(class_size(TC_MIN + TC_CLASSES - 1) == MEDIUM_MAX);
   CHECK(TC_MIN + TC_CLASSES == CLASSES);
   for (size_t c = TC_MIN; c < TC_MIN + TC_CLASSES; c++)
     CHECKF(class_size(c) % (TC_ROOM + 1) == 0, "class %zu: %zu bytes", c, class_size(c));
 }
 
-TEST(class_table_matches) {
-  for (size_t n = 0; n <= TABLE_MAX; n++)
-    if (hm_class_table[(n + 15) >> 4] != size_class(n)) {
-      CHECKF(0, "size %zu: table says class %u, size_class %zu", n, hm_class_table[(n + 15) >> 4], size_class(n));
+/* malloc's fast path takes the class of sizes up to MEDIUM_MAX from tables
+ * the compiler filled in (16-byte steps to SMALL_MAX, then 512-byte steps):
+ * they must agree with size_class for every size. */
+TEST(class_tables_match) {
+  for (size_t n = 0; n <= MEDIUM_MAX; n++)
+    if (class_of(n) != size_class(n)) {
+      CHECKF(0, "size %zu: the tables say class %zu, size_class %zu", n, class_of(n), size_class(n));
       break;
     }
 }
@@ -242,8 +243,8 @@ TEST(cached_huge_block_purged_by_slow_paths) {
 TEST(aligned_sizes_have_aligned_classes) {
   for (size_t align = 32; align <= TABLE_MAX; align <<= 1)
     for (size_t m = align; m <= TABLE_MAX; m += align)
-      CHECKF(class_size(hm_class_table[(m + 15) >> 4]) % align == 0, "size %zu (align %zu) has class size %zu", m,
-             align, class_size(hm_class_table[(m + 15) >> 4]));
+      CHECKF(class_size(class_of(m)) % align == 0, "size %zu (align %zu) has class size %zu", m,
+             align, class_size(class_of(m)));
 }
 
 TEST(aligned_uses_classes) {

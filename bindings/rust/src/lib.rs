@@ -60,9 +60,9 @@ pub mod ffi {
         pub remote_frees: usize,
         /// bytes in freed blocks that threads keep for reuse (`HAKMEM_THREAD_CACHE_KB`)
         pub thread_cached: usize,
-        /// 4-32 KiB mallocs served by the thread cache (only with `HAKMEM_STATS=1`)
+        /// 4-256 KiB mallocs served by the thread cache (only with `HAKMEM_STATS=1`)
         pub thread_cache_hits: usize,
-        /// 4-32 KiB mallocs that found it empty (only with `HAKMEM_STATS=1`)
+        /// 4-256 KiB mallocs that found it empty (only with `HAKMEM_STATS=1`)
         pub thread_cache_misses: usize,
     }
 
