@@ -40,12 +40,22 @@ static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment ta
  * reserve batches, which are contiguous, so each run of adjacent segments
  * goes with one munmap, and the threads that freed do not wait for it.
  * Without the purger, at once (and the ones a forked child inherits, by the
- * next thread that decays the cache); beyond RETIRED_MAX (1 GiB), by whoever
- * adds. */
+ * next thread that decays the cache); beyond RETIRED_MAX (1 GiB), the upper
+ * half by whoever adds: threads passing big blocks to each other empty and
+ * take segments faster than the purger's delay, and unmapping the whole list
+ * then sent every thread to map fresh ones and fault them in (mt_remote 4
+ * threads, 256 KiB-1 MiB: 830-1060 munmap and 150-180 mmap calls).  The wait
+ * adapts as the purge delays do: a fresh segment mapped soon after retired
+ * ones were unmapped doubles it, an unmap not followed by one brings it back
+ * down. */
 #define RETIRED_MAX 256
 static segment_t *retired;                   /* (cache_lock) ascending addresses */
 static size_t retired_count;
 static uint64_t retired_due;
+static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
+static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
+static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
+static uint64_t purge_delay_floor(uint64_t delay);
 /* Segments are mapped a batch at a time (8, then RESERVE_MAX: 32 MiB, then
  * 64 MiB), each batch with one mmap: address space only, until a segment is
  * used. */
@@ -192,6 +202,10 @@ static segment_t *segment_new(heap_t *h) {
     retired = s->next;
     retired_count--;
   } else {
+    if (unmapped_ms && !remapped && os_now_ms() - unmapped_ms < 2 * purge_delay_floor(retired_delay_ms)) {
+      retired_delay_ms = purge_delay_adapt(retired_delay_ms, true);
+      remapped = true;
+    }
     if (!reserve_left) {
       size_t n = reserve_batch;
       while (!(reserve = os_map_aligned(n * SEG_SIZE, SEG_SIZE)) && n > 1) n = 1;
@@ -270,14 +284,23 @@ static void retire(segment_t *s, uint64_t now) {
   while (*at && (uintptr_t)*at < (uintptr_t)s) at = &(*at)->next;
   s->next = *at;
   *at = s;
-  if (!retired_count++) retired_due = now + (uint64_t)hm_options.purge_delay_ms;
+  retired_delay_ms = purge_delay_floor(retired_delay_ms);
+  if (!retired_count++) retired_due = now + retired_delay_ms;
 }
 
-/* (cache_lock held) The retired list, emptied: for unmap_runs after the lock. */
-static segment_t *take_retired(void) {
-  segment_t *list = retired;
-  retired = NULL;
-  retired_count = 0;
+/* (cache_lock held) The retired list from its keep-th segment on (all of it
+ * for 0), taken off it: for unmap_runs after the lock. */
+static segment_t *take_retired(size_t keep, uint64_t now) {
+  if (retired && !keep) {
+    if (unmapped_ms && !remapped) retired_delay_ms = purge_delay_adapt(retired_delay_ms, false);
+    unmapped_ms = now;
+    remapped = false;
+  }
+  segment_t **at = &retired;
+  for (size_t i = 0; i < keep && *at; i++) at = &(*at)->next;
+  segment_t *list = *at;
+  *at = NULL;
+  retired_count = retired_count < keep ? retired_count : keep;
   return list;
 }
 
@@ -311,10 +334,11 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
       if (!force) cache_delay_ms = purge_delay_adapt(cache_delay_ms, false);
     } else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
-  if (retired && (((purger || !purge_running()) && now >= retired_due) || force || retired_count >= RETIRED_MAX)) {
-    *unmap = take_retired();
-  } else if (retired && (!next || retired_due < next)) {
-    next = retired_due;
+  if (retired && (((purger || !purge_running()) && now >= retired_due) || force)) {
+    *unmap = take_retired(0, now);
+  } else {
+    if (retired_count >= RETIRED_MAX) *unmap = take_retired(RETIRED_MAX / 2, now);
+    if (retired && (!next || retired_due < next)) next = retired_due;
   }
   atomic_store_explicit(&cache_due, next, memory_order_relaxed);
   return next;
@@ -411,7 +435,7 @@ bool segment_cache_trim(void) {
     retire(s, now);
   }
   cache_count = 0;
-  segment_t *unmap = take_retired();
+  segment_t *unmap = take_retired(0, now);
   pthread_mutex_unlock(&cache_lock);
   unmap_runs(unmap);
   return unmap != NULL;
