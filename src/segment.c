@@ -176,8 +176,11 @@ static segment_t *fit_find(heap_t *h, int k, size_t n) {
 
 /* fresh: the memory comes straight from mmap and is already zero.  The
  * registry links stay as they are (a census may be following them). */
+/* A reused segment's page descriptors stay as they were: pages_map, cleared
+ * here, says none is in use, and segment_page_alloc clears one when it hands
+ * it out (clearing all 12 KiB at each reuse wrote the header's every OS page). */
 static void segment_header_init(segment_t *s, size_t size, bool fresh) {
-  if (!fresh) memset(&s->slice_page, 0, sizeof *s - offsetof(segment_t, slice_page));
+  if (!fresh) memset(&s->slice_page, 0, offsetof(segment_t, pages) - offsetof(segment_t, slice_page));
   for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = &hm_page_invalid;
   s->used_slices = 1;   /* slice 0: this header */
   s->size = size;
