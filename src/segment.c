@@ -35,12 +35,12 @@ static size_t cache_count;
 static _Atomic uint64_t cache_due;           /* the next purge or unmap due, 0: none (read unlocked) */
 static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment taken back
                                           soon after its purge was purged too early */
-/* Segments pushed out of the cache wait, by address, for the purger's next
- * decay and are then unmapped together: a burst of frees empties whole
+/* Segments pushed out of the cache wait for the purger's next decay and are
+ * then unmapped together, in address order: a burst of frees empties whole
  * reserve batches, which are contiguous, so each run of adjacent segments
  * goes with one munmap, and the threads that freed do not wait for it.
  * Without the purger, at once (and the ones a forked child inherits, by the
- * next thread that decays the cache); beyond RETIRED_MAX (1 GiB), the upper
+ * next thread that decays the cache); beyond RETIRED_MAX (1 GiB), the older
  * half by whoever adds: threads passing big blocks to each other empty and
  * take segments faster than the purger's delay, and unmapping the whole list
  * then sent every thread to map fresh ones and fault them in (mt_remote 4
@@ -49,7 +49,7 @@ static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment ta
  * ones were unmapped doubles it, an unmap not followed by one brings it back
  * down. */
 #define RETIRED_MAX 256
-static segment_t *retired;                   /* (cache_lock) ascending addresses */
+static segment_t *retired;                   /* (cache_lock) newest first */
 static size_t retired_count;
 static uint64_t retired_due;
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
@@ -281,18 +281,17 @@ void segment_unlink(heap_t *h, segment_t *s) {
   list_remove(&h->segments, s);
 }
 
-/* (cache_lock held) Queue s for unmap_runs, in address order. */
+/* (cache_lock held) Queue s for unmap_runs, newest first (segment_new takes
+ * the newest back; a sorted insert here held the lock for the walk). */
 static void retire(segment_t *s, uint64_t now) {
-  segment_t **at = &retired;
-  while (*at && (uintptr_t)*at < (uintptr_t)s) at = &(*at)->next;
-  s->next = *at;
-  *at = s;
+  s->next = retired;
+  retired = s;
   retired_delay_ms = purge_delay_floor(retired_delay_ms);
   if (!retired_count++) retired_due = now + retired_delay_ms;
 }
 
 /* (cache_lock held) The retired list from its keep-th segment on (all of it
- * for 0), taken off it: for unmap_runs after the lock. */
+ * for 0; the oldest), taken off it: for unmap_runs after the lock. */
 static segment_t *take_retired(size_t keep, uint64_t now) {
   if (retired && !keep) {
     if (unmapped_ms && !remapped) retired_delay_ms = purge_delay_adapt(retired_delay_ms, false);
@@ -307,9 +306,25 @@ static segment_t *take_retired(size_t keep, uint64_t now) {
   return list;
 }
 
-/* Unmap a list of retired segments (ascending), one munmap per run of
- * adjacent ones. */
+/* A list of segments in ascending address order (merge sort). */
+static segment_t *sort_by_address(segment_t *s) {
+  if (!s || !s->next) return s;
+  segment_t *slow = s, *fast = s->next;
+  while (fast && fast->next) { slow = slow->next; fast = fast->next->next; }
+  segment_t *b = sort_by_address(slow->next), *a = (slow->next = NULL, sort_by_address(s)), *head = NULL, **at = &head;
+  while (a && b) {
+    segment_t **low = (uintptr_t)a < (uintptr_t)b ? &a : &b;
+    *at = *low;
+    at = &(*low)->next;
+    *low = (*low)->next;
+  }
+  *at = a ? a : b;
+  return head;
+}
+
+/* Unmap a list of segments, one munmap per run of adjacent ones. */
 static void unmap_runs(segment_t *s) {
+  s = sort_by_address(s);
   while (s) {
     uint8_t *start = (uint8_t *)s, *end = start;
     pthread_mutex_lock(&registry_lock);
