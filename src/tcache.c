@@ -144,16 +144,16 @@ static void release_local(page_t *pg, block_t *b) {
   page_free_local_slow(pg, b);
 }
 
-/* Do blocks wait in any of h's caches from the first-th on? */
-static bool held_from(heap_t *h, size_t first) {
-  for (size_t i = first; i < TC_CLASSES; i++)
+/* Do blocks wait in any of h's caches? */
+static bool any_held(heap_t *h) {
+  for (size_t i = 0; i < TC_CLASSES; i++)
     if (tc_get(&h->tc[i]) & ~TC_ROOM) return true;
   return false;
 }
 
 /* Are blocks waiting in the caches?  (If not, the decay restarts.) */
 bool tcache_held(heap_t *h) {
-  bool held = held_from(h, 0);
+  bool held = any_held(h);
   if (!held) h->tc_decay_ms = 0;
   return held;
 }
@@ -176,7 +176,7 @@ void tcache_flush(heap_t *h) {
 /* The owner's buffers of other heaps' blocks (remote.c) are taken the same way. */
 void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
-  if (!held_from(h, 0) && !remote_held(h)) return;
+  if (!any_held(h) && !remote_held(h)) return;
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);
   /* the owner busy: not quiet after all, its caches stay */
   if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire)) {
