@@ -55,7 +55,6 @@ static uint64_t retired_due;
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
-static uint64_t purge_delay_floor(uint64_t delay);
 /* Segments are mapped a batch at a time (8, then RESERVE_MAX: 32 MiB, then
  * 64 MiB), each batch with one mmap: address space only, until a segment is
  * used. */
@@ -175,10 +174,10 @@ static segment_t *fit_find(heap_t *h, int k, size_t n) {
 }
 
 /* fresh: the memory comes straight from mmap and is already zero.  The
- * registry links stay as they are (a census may be following them). */
-/* A reused segment's page descriptors stay as they were: pages_map, cleared
- * here, says none is in use, and segment_page_alloc clears one when it hands
- * it out (clearing all 12 KiB at each reuse wrote the header's every OS page). */
+ * registry links stay as they are (a census may be following them), and so
+ * do a reused segment's page descriptors: pages_map, cleared here, says none
+ * is in use, and segment_page_alloc clears one when it hands it out
+ * (clearing all 12 KiB at each reuse wrote every OS page of the header). */
 static void segment_header_init(segment_t *s, size_t size, bool fresh) {
   if (!fresh) memset(&s->slice_page, 0, offsetof(segment_t, pages) - offsetof(segment_t, slice_page));
   for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = &hm_page_invalid;
@@ -187,6 +186,7 @@ static void segment_header_init(segment_t *s, size_t size, bool fresh) {
 }
 
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
+static uint64_t purge_delay_floor(uint64_t delay);
 
 static segment_t *segment_new(heap_t *h) {
   segment_t *s = NULL;
