@@ -134,16 +134,6 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
  * other.  Without membarrier (and under ThreadSanitizer, which cannot see
  * that fence) both sides take a spin lock. */
 static bool lock_fenced;
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
-#ifndef TSAN
-#define TSAN 0
-#endif
 
 static void lock_raw(heap_t *h) {
   if (likely(lock_fenced)) {
@@ -517,7 +507,7 @@ static void process_init(void) {
   bool fence = hm_options.thread_cache_kb > 0 && !hm_secure && membarrier;
   tcache_process_init(fence);
   remote_process_init(fence);
-  lock_fenced = membarrier && !TSAN;
+  lock_fenced = membarrier && !HM_TSAN;
   pthread_key_create(&heap_key, heap_thread_done);
 }
 

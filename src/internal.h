@@ -28,6 +28,28 @@
 #define likely(x)     __builtin_expect(!!(x), 1)
 #define unlikely(x)   __builtin_expect(!!(x), 0)
 
+/* Built under a sanitizer (GCC's macros, or clang's __has_feature). */
+#if defined(__SANITIZE_ADDRESS__)
+#define HM_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define HM_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(HM_ASAN)
+#define HM_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer) && !defined(HM_TSAN)
+#define HM_TSAN 1
+#endif
+#endif
+#ifndef HM_ASAN
+#define HM_ASAN 0
+#endif
+#ifndef HM_TSAN
+#define HM_TSAN 0
+#endif
+
 /* ---- geometry ------------------------------------------------------------ */
 #define SEG_SHIFT     22                        /* 4 MiB segments */
 #define SEG_SIZE      ((size_t)1 << SEG_SHIFT)

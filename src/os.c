@@ -48,16 +48,7 @@ void os_unmap(void *p, size_t size) {
 #define HINT_BASE  ((uintptr_t)2 << 40)
 #define HINT_END   ((uintptr_t)8 << 40)
 #define HINT_TRIES 4
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HINT_OFF 1                           /* the sanitizers own that range */
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HINT_OFF 1                           /* (clang's spelling) */
-#endif
-#endif
-#ifndef HINT_OFF
-#define HINT_OFF 0
-#endif
+#define HINT_OFF (HM_ASAN || HM_TSAN)        /* the sanitizers own that range */
 static _Atomic uintptr_t hint_next = HINT_OFF ? HINT_END : 0;   /* 0: not started; HINT_END: off */
 
 static void *map_hinted(size_t size, size_t align) {
