@@ -28,6 +28,15 @@
 
 static int scale(int n) { return test_sanitized() ? n / 8 : n; }
 
+/* Run f(fa) and g(ga) on two threads of their own, and wait for both. */
+static void run_two(void *(*f)(void *), void *fa, void *(*g)(void *), void *ga) {
+  pthread_t a, b;
+  pthread_create(&a, NULL, f, fa);
+  pthread_create(&b, NULL, g, ga);
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
+}
+
 /* A block of n >= 16 bytes carries its size and a tag (owner id in the top
  * byte) in its first 16 bytes, a pattern after, and the tag's low byte last. */
 static void stamp(unsigned char *p, size_t n, uint64_t tag) {
@@ -145,13 +154,7 @@ TEST(trim_after_threads_exit) {
   handoff = blocks;
   long base = test_rss_kib();
   pthread_barrier_init(&handoff_bar, NULL, 2);
-  for (int round = 0; round < 3; round++) {
-    pthread_t a, b;
-    pthread_create(&a, NULL, handoff_owner, NULL);
-    pthread_create(&b, NULL, handoff_freer, NULL);
-    pthread_join(a, NULL);
-    pthread_join(b, NULL);
-  }
+  for (int round = 0; round < 3; round++) run_two(handoff_owner, NULL, handoff_freer, NULL);
   pthread_barrier_destroy(&handoff_bar);
   int r1 = hakmem_malloc_trim(0);
   long after1 = test_rss_kib();
@@ -403,12 +406,8 @@ TEST(free_racing_owner_exit) {
   pthread_t by;
   pthread_create(&by, NULL, bystander, NULL);
   for (int round = 0; round < scale(40) + 2; round++) {
-    pthread_t a, b;
     atomic_store(&published, NULL);
-    pthread_create(&b, NULL, remote_freer, NULL);
-    pthread_create(&a, NULL, owner_then_exit, v);
-    pthread_join(a, NULL);
-    pthread_join(b, NULL);
+    run_two(remote_freer, NULL, owner_then_exit, v);
   }
   atomic_store(&race_stop, 1);
   pthread_join(by, NULL);
@@ -543,11 +542,7 @@ TEST(big_blocks_freed_by_another_thread_reused) {
   hakmem_stats_t st;
   hakmem_stats_get(&st);
   size_t before = st.peak_mapped;
-  pthread_t p, c;
-  pthread_create(&p, NULL, big_producer, NULL);
-  pthread_create(&c, NULL, big_consumer, NULL);
-  pthread_join(p, NULL);
-  pthread_join(c, NULL);
+  run_two(big_producer, NULL, big_consumer, NULL);
   hakmem_stats_get(&st);
   NOTE("%d blocks of %d KiB: peak mapped %zu -> %zu MiB", BIG_ROUNDS, BIG_SIZE >> 10, before >> 20, st.peak_mapped >> 20);
   CHECKF(atomic_load(&ring_errors) == 0, "%d blocks failed or corrupted", atomic_load(&ring_errors));
