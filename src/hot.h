@@ -87,7 +87,7 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
 /* A block of n's class from h's thread cache or current page, or NULL with
  * *c the class for heap_malloc_slow (CLASS_LARGE above the classes). */
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
-  if (likely(n <= TC_MIN_SIZE)) {
+  if (likely(n <= SMALL_MAX)) {
     *c = hm_class_small[(n + 15) >> 4];
     page_t *pg = h->current[*c];
     return likely(pg->free != 0) ? hm_page_pop(pg, true) : NULL;

@@ -92,7 +92,7 @@ static inline size_t size_class(size_t n) {
  * it in 512-byte steps up to MEDIUM_MAX (every class boundary there is a
  * multiple of 512 bytes).  One load, and no branch on the size within each,
  * so a program mixing sizes does not pay mispredicted jumps. */
-#define SMALL_MAX     ((size_t)3584)            /* class_size(CLASS_4K - 1) */
+#define SMALL_MAX     ((size_t)3584)            /* class_size(CLASS_4K - 1): sizes above it have a thread cache */
 extern const uint8_t hm_class_small[SMALL_MAX / 16 + 1];
 extern const uint8_t hm_class_big[MEDIUM_MAX / 512 + 1];
 static inline size_t class_of(size_t n) {         /* n <= MEDIUM_MAX */
@@ -116,7 +116,6 @@ static inline size_t class_size(size_t c) {
  * it was before the block came, encoded with the heap's tc_key.  The fast
  * paths test only that room. */
 #define TC_MIN      CLASS_4K
-#define TC_MIN_SIZE SMALL_MAX                    /* class_size(TC_MIN - 1): sizes above it have one */
 #define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
 #define TC_ROOM     ((uintptr_t)511)
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */

@@ -33,11 +33,11 @@ TEST(class_round_trip) {
   }
 }
 
-/* The thread caches' classes: from TC_MIN_SIZE (exclusive) to MEDIUM_MAX,
+/* The thread caches' classes: from SMALL_MAX (exclusive) to MEDIUM_MAX,
  * multiples of 512 bytes (the cache's word keeps its room in the low 9
  * bits). */
 TEST(thread_cache_classes) {
-  CHECK(class_size(TC_MIN - 1) == TC_MIN_SIZE);
+  CHECK(class_size(TC_MIN - 1) == SMALL_MAX);
   CHECK(class_size(TC_MIN) == 4096);
   CHECK(class_size(CLASS_OVER_32K - 1) == TABLE_MAX);
   CHECK(class_size(TC_MIN + TC_CLASSES - 1) == MEDIUM_MAX);
