@@ -38,10 +38,10 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
   return pg;
 }
 
-/* Has block p of pg been freed?  The owner confirms on its free lists, its
- * thread cache and its inbox of other threads' frees (locked: the purger may
- * be emptying them); any other thread goes by the block's look
- * (block_looks_free), and for a large block by its page's flag. */
+/* Has block p of pg been freed?  The owner confirms on its free lists and its
+ * thread cache (locked: the purger may be emptying them); any other thread
+ * goes by the block's look (block_looks_free), and for a large block by its
+ * page's flag. */
 static bool already_freed(page_t *pg, const void *p) {
   if (pg->cls == CLASS_LARGE) return atomic_load_explicit(&pg->freed, memory_order_relaxed);
   if (hm_secure) return secure_is_free(pg, p);

@@ -489,7 +489,6 @@ bool remote_held(heap_t *h);                       /* h->out[] holds blocks */
 void remote_flush(heap_t *h);                      /* (owner, no lock held) send h->out[] now */
 void remote_open(heap_t *h), remote_close(heap_t *h);   /* a thread's start and exit */
 void remote_take(heap_t *h);                       /* (purger, locked) h's inbox onto thread_free lists */
-bool remote_contains(heap_t *h, const void *p);    /* (locked) is p in h's inbox */
 
 /* purge.c: the background thread that returns the memory of idle heaps */
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */

@@ -118,9 +118,10 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
 }
 
 /* (h, pg's owner, locked) Is b, a block of pg that looks free, free: on
- * pg's lists, in h's thread cache, or in h's inbox of other threads' frees? */
+ * pg's lists or in h's thread cache?  (A block in h's inbox does not look
+ * free: its sender leaves it as it was.) */
 bool page_block_free(heap_t *h, page_t *pg, const void *b) {
-  return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b) || remote_contains(h, b);
+  return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b);
 }
 
 /* The owner frees a block on a page that is parked or looks double-freed. */

@@ -14,14 +14,13 @@
  * So a freeing thread appends the pointer to a buffer of its own (rbuf_t),
  * all of whose blocks have one owner heap, without touching the block; it has
  * a buffer in each of RB_SLOTS slots, chosen by a hash of the owner.  A full
- * buffer, or one in the slot another owner needs, is sent (remote_send): each
- * of its blocks is
- * tested for a double free and marked free, the loads and stores of all of
- * them in flight together instead of one after the other, and the buffer goes
- * onto the owner's inbox with one CAS.  The owner takes its inbox on malloc's
- * slow path (remote_collect), prefetches the blocks of each buffer, and frees
- * them as its own; empty buffers it keeps for its own sends (up to RB_SPARES)
- * or sends home to the heap that made them.
+ * buffer, or one in the slot another owner needs, is sent (remote_send): it
+ * goes onto the owner's inbox with one CAS, its blocks still untouched.  The
+ * owner takes its inbox on malloc's slow path (remote_collect), prefetches the
+ * blocks of each buffer, and frees them as its own, through free's fast path
+ * with its double-free test: so the blocks' lines never leave the owner's
+ * core.  Empty buffers it keeps for its own sends (up to RB_SPARES) or sends
+ * home to the heap that made them.
  *
  * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
  * collected them a buffer's blocks go onto their pages' thread_free lists, as
@@ -112,32 +111,22 @@ void remote_send(rbuf_t *o) {
   rbuf_t *top = atomic_load_explicit(&to->inbox, memory_order_acquire);   /* (for top->depth) */
   enum { DELIVER, DIRECT, CLOSED } how = top == INBOX_CLOSED ? CLOSED
       : top && atomic_load_explicit(&top->depth, memory_order_relaxed) >= RB_DEPTH ? DIRECT : DELIVER;
-  /* The double-free test of free's fast path, for the whole buffer at once:
-   * the lines are fetched together, then each block is tested and marked (a
-   * block twice in the buffer is marked by then the second time). */
-  for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < o->n; i++) {
+  /* The blocks are not read here: their lines are the owner's, and the owner
+   * tests each for a double free as it collects them.  Large ones (counted in
+   * bytes) are freed here, where their page's freed flag catches a second
+   * free at once. */
+  uint32_t n = how == DELIVER && o->bytes == 0 ? o->n : 0;
+  for (uint32_t i = n; i < o->n; i++) {
     block_t *b = o->block[i];
     page_t *pg = page_of(segment_of(b), b);
-    bool large = pg->cls == CLASS_LARGE;    /* (its free sets the page's freed flag: the slow path) */
-    if (how == DELIVER && likely(!block_looks_free(pg, b) && !large)) {
-      block_mark_free(pg, b);
-      o->block[n++] = b;
-    } else if (how == DIRECT && !large) {
-      free_one(pg, b, to);
-    } else {
-      hm_free_slow(b, true);                  /* (and a block already free is reported there) */
-    }
+    if (how == CLOSED || pg->cls == CLASS_LARGE) hm_free_slow(b, true);
+    else if (how == DIRECT) free_one(pg, b, to);
+    else o->block[n++] = b;
   }
   if ((o->n = n) == 0) { rb_home(o); return; }
   do {
     if (top == INBOX_CLOSED) {                  /* the owner exited since: as above */
-      for (uint32_t i = 0; i < o->n; i++) {
-        block_t *b = o->block[i];
-        b[0].word = 0;                          /* (no longer marked: freed below) */
-        hm_free_slow(b, true);
-      }
+      for (uint32_t i = 0; i < o->n; i++) hm_free_slow(o->block[i], true);
       rb_home(o);
       return;
     }
@@ -188,24 +177,20 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
 
 /* ---- the owner's side -------------------------------------------------------- */
 
-/* Free the blocks of buffers o... (the owner, no lock held).  Their sender
- * checked and marked them: a block of a page of h's without a thread cache
- * goes straight onto the page's free list; the others, their mark cleared,
- * through free's fast path (the thread cache, a parked page's slow path, or,
- * if h no longer owns the page, h's own buffer). */
+/* Free the blocks of buffers o... (the owner, no lock held) as free's fast
+ * path would: their senders did not read them, so this is where a block freed
+ * twice is caught (the second time it looks free). */
 static void collect(heap_t *h, rbuf_t *o) {
   while (o) {
     rbuf_t *next = o->next;
     for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
     for (uint32_t i = 0; i < o->n; i++) {
       block_t *b = o->block[i];
-      page_t *pg = page_of(segment_of(b), b);
-      if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h) {
-        hm_page_push(h, pg, b);               /* (its sender checked and marked it) */
-      } else {
-        b[0].word = 0;
-        hm_free_block(b, true);
-      }
+      page_t *pg = page_of(segment_of(b), b);    /* (its sender found it a block start of ours) */
+      if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h && !block_looks_free(pg, b))
+        hm_page_push(h, pg, b);
+      else
+        hm_free_block(b, true);                 /* a cached class, a parked page, a double free... */
     }
     if (h->rb_spares < RB_SPARES) {
       o->next = h->rb_spare;
@@ -265,7 +250,8 @@ void remote_open(heap_t *h) { atomic_store_explicit(&h->inbox, NULL, memory_orde
 /* ---- others' -------------------------------------------------------------- */
 
 /* (h locked, its owner quiet) The blocks of h's inbox onto their pages'
- * thread_free lists, as any other thread's frees. */
+ * thread_free lists, as any other thread's frees (and, as theirs, tested by
+ * their look: the owner's lists are not ours to walk). */
 void remote_take(heap_t *h) {
   /* (a compare-exchange: an owner exiting meanwhile may have closed it, and
    * it stays closed) */
@@ -277,18 +263,11 @@ void remote_take(heap_t *h) {
     rbuf_t *next = o->next;
     for (uint32_t i = 0; i < o->n; i++) {
       block_t *b = o->block[i];
-      page_free_remote(page_of(segment_of(b), b), b);
+      page_t *pg = page_of(segment_of(b), b);
+      if (block_looks_free(pg, b)) hm_fatal("double free (the block is already free)", b, pg);
+      page_free_remote(pg, b);
     }
     rb_home(o);
     o = next;
   }
-}
-
-/* (h locked) Is p in h's inbox: sent by another thread, not yet collected? */
-bool remote_contains(heap_t *h, const void *p) {
-  rbuf_t *o = atomic_load_explicit(&h->inbox, memory_order_acquire);
-  for (; o && o != INBOX_CLOSED; o = o->next)
-    for (uint32_t i = 0; i < o->n; i++)
-      if (o->block[i] == p) return true;
-  return false;
 }
