@@ -100,6 +100,16 @@ static rbuf_t *rb_take(heap_t *h) {
   return o;
 }
 
+/* Free b, a block of a buffer that is not delivered, here: onto its page's
+ * thread_free (direct), or through free's slow path (the owner exited).  A
+ * large block's freed flag is set already (remote_free). */
+static void free_unbuffered(block_t *b, heap_t *to, bool direct) {
+  page_t *pg = page_of(segment_of(b), b);
+  if (pg->cls == CLASS_LARGE) hm_free_release(segment_of(b), pg, b, true);
+  else if (direct) free_one(pg, b, to);
+  else hm_free_slow(b, true);
+}
+
 /* Hand buffer o to the heap that owns its blocks: the owner's fast path,
  * or the purger with the quiet heap's buffer (tcache_take).  This thread's
  * heap is not locked: a block whose owner exited may be freed into it. */
@@ -112,21 +122,13 @@ void remote_send(rbuf_t *o) {
   enum { DELIVER, DIRECT, CLOSED } how = top == INBOX_CLOSED ? CLOSED
       : top && atomic_load_explicit(&top->depth, memory_order_relaxed) >= RB_DEPTH ? DIRECT : DELIVER;
   /* The blocks are not read here: their lines are the owner's, and the owner
-   * tests each for a double free as it collects them.  Large ones (counted in
-   * bytes) are freed here, where their page's freed flag catches a second
-   * free at once. */
-  uint32_t n = how == DELIVER && o->bytes == 0 ? o->n : 0;
-  for (uint32_t i = n; i < o->n; i++) {
-    block_t *b = o->block[i];
-    page_t *pg = page_of(segment_of(b), b);
-    if (how == CLOSED || pg->cls == CLASS_LARGE) hm_free_slow(b, true);
-    else if (how == DIRECT) free_one(pg, b, to);
-    else o->block[n++] = b;
-  }
+   * tests each for a double free as it collects them. */
+  uint32_t n = how == DELIVER ? o->n : 0;
+  for (uint32_t i = n; i < o->n; i++) free_unbuffered(o->block[i], to, how == DIRECT);
   if ((o->n = n) == 0) { rb_home(o); return; }
   do {
     if (top == INBOX_CLOSED) {                  /* the owner exited since: as above */
-      for (uint32_t i = 0; i < o->n; i++) hm_free_slow(o->block[i], true);
+      for (uint32_t i = 0; i < o->n; i++) free_unbuffered(o->block[i], to, false);
       rb_home(o);
       return;
     }
@@ -145,6 +147,10 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
     free_one(pg, b, to);                        /* (a block of RB_BYTES or more: on its own) */
     return;
   }
+  /* A large block's freed flag is set now, as free's slow path sets it: a
+   * second free is caught at once, and its owner frees it unread. */
+  bool large = pg->cls == CLASS_LARGE;
+  if (large && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed)) hm_fatal("double free", b, pg);
   rbuf_t *send = NULL, *o;
   bool kept = false;
   _Atomic(rbuf_t *) *slot = &h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)];
@@ -172,7 +178,7 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   }
   tc_leave(h);
   if (send) remote_send(send);
-  if (!kept) free_one(pg, b, to);
+  if (!kept) free_unbuffered(b, to, true);
 }
 
 /* ---- the owner's side -------------------------------------------------------- */
@@ -189,6 +195,8 @@ static void collect(heap_t *h, rbuf_t *o) {
       page_t *pg = page_of(segment_of(b), b);    /* (its sender found it a block start of ours) */
       if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h && !block_looks_free(pg, b))
         hm_page_push(h, pg, b);
+      else if (pg->cls == CLASS_LARGE)
+        hm_free_release(segment_of(b), pg, b, true);   /* (its sender set its freed flag) */
       else
         hm_free_block(b, true);                 /* a cached class, a parked page, a double free... */
     }

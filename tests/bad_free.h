@@ -115,6 +115,10 @@ static void c_small_remote_twice(void) { remote_twice(100); }
 static void c_medium_owner_remote(void) { owner_then_remote(20000); }
 static void c_large_remote_owner(void) { remote_then_owner(1 << 20); }
 static void c_large_remote_twice(void) { remote_twice(1 << 20); }
+/* below 1 MiB a large block another thread frees travels in that thread's
+ * buffer; its page's freed flag is set as it goes in */
+static void c_large_buffered_remote_owner(void) { remote_then_owner(512 << 10); }
+static void c_large_buffered_remote_twice(void) { remote_twice(512 << 10); }
 static void c_realloc_remote_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); in_thread(thread_realloc, p); }
 /* a 1 MiB block another thread freed, realloc'd to n */
 static void realloc_large_freed(size_t n) {
@@ -180,6 +184,8 @@ static const struct bad_case {
   {"double free: owner, then another thread (20 KB)", "double free", c_medium_owner_remote, 1},
   {"double free: another thread, then the owner (1 MiB)", "double free", c_large_remote_owner, 1},
   {"double free: another thread twice (1 MiB)", "double free", c_large_remote_twice, 1},
+  {"double free: another thread, then the owner (512 KiB)", "double free", c_large_buffered_remote_owner, 1},
+  {"double free: another thread twice (512 KiB)", "double free", c_large_buffered_remote_twice, 1},
   {"realloc by another thread after free (100 B)", "realloc of a freed block", c_realloc_remote_freed, 1},
   {"realloc after another thread freed (1 MiB)", "realloc of a freed block", c_realloc_large_freed, 1},
   {"corrupted free-list link", "corrupted free list|double free", c_corrupt_link, 0},
