@@ -47,10 +47,16 @@ static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment ta
  * threads, 256 KiB-1 MiB: 830-1060 munmap and 150-180 mmap calls).  The wait
  * adapts as the purge delays do: a fresh segment mapped soon after retired
  * ones were unmapped doubles it, an unmap not followed by one brings it back
- * down. */
+ * down.  The bound adapts too, from RETIRED_MAX up to RETIRED_CAP (4 GiB):
+ * a fresh segment mapped soon after the older half went doubles it, and the
+ * purger's pass halves it when the list it unmaps is under a quarter of it
+ * (what of the list is resident goes at that pass either way). */
 #define RETIRED_MAX 256
+#define RETIRED_CAP 1024
 static segment_t *retired;                   /* (cache_lock) newest first */
 static size_t retired_count;
+static size_t retired_max = RETIRED_MAX;     /* (cache_lock) adaptive */
+static uint64_t halved_ms;                   /* (cache_lock) when the older half last went */
 static uint64_t retired_due;
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
@@ -205,9 +211,14 @@ static segment_t *segment_new(heap_t *h) {
     retired = s->next;
     retired_count--;
   } else {
-    if (unmapped_ms && !remapped && os_now_ms() - unmapped_ms < 2 * purge_delay_floor(retired_delay_ms)) {
+    uint64_t now = os_now_ms(), soon = 2 * purge_delay_floor(retired_delay_ms);
+    if (unmapped_ms && !remapped && now - unmapped_ms < soon) {
       retired_delay_ms = purge_delay_adapt(retired_delay_ms, true);
       remapped = true;
+    }
+    if (halved_ms && now - halved_ms < soon && retired_max < RETIRED_CAP) {
+      retired_max *= 2;
+      halved_ms = 0;
     }
     if (!reserve_left) {
       size_t n = reserve_batch;
@@ -295,8 +306,11 @@ static void retire(segment_t *s, uint64_t now) {
 static segment_t *take_retired(size_t keep, uint64_t now) {
   if (retired && !keep) {
     if (unmapped_ms && !remapped) retired_delay_ms = purge_delay_adapt(retired_delay_ms, false);
+    if (retired_count < retired_max / 4 && retired_max > RETIRED_MAX) retired_max /= 2;
     unmapped_ms = now;
     remapped = false;
+  } else if (keep) {
+    halved_ms = now;
   }
   segment_t **at = &retired;
   for (size_t i = 0; i < keep && *at; i++) at = &(*at)->next;
@@ -355,7 +369,7 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
   if (retired && (((purger || !purge_running()) && now >= retired_due) || force)) {
     *unmap = take_retired(0, now);
   } else {
-    if (retired_count >= RETIRED_MAX) *unmap = take_retired(RETIRED_MAX / 2, now);
+    if (retired_count >= retired_max) *unmap = take_retired(retired_max / 2, now);
     if (retired && (!next || retired_due < next)) next = retired_due;
   }
   atomic_store_explicit(&cache_due, next, memory_order_relaxed);
