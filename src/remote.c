@@ -104,8 +104,9 @@ static rbuf_t *rb_take(heap_t *h) {
  * thread_free (direct), or through free's slow path (the owner exited).  A
  * large block's freed flag is set already (remote_free). */
 static void free_unbuffered(block_t *b, heap_t *to, bool direct) {
-  page_t *pg = page_of(segment_of(b), b);
-  if (pg->cls == CLASS_LARGE) hm_free_release(segment_of(b), pg, b, true);
+  segment_t *s = segment_of(b);
+  page_t *pg = page_of(s, b);
+  if (pg->cls == CLASS_LARGE) hm_free_release(s, pg, b, true);
   else if (direct) free_one(pg, b, to);
   else hm_free_slow(b, true);
 }
@@ -149,8 +150,7 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   }
   /* A large block's freed flag is set now, as free's slow path sets it: a
    * second free is caught at once, and its owner frees it unread. */
-  bool large = pg->cls == CLASS_LARGE;
-  if (large && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed)) hm_fatal("double free", b, pg);
+  if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed)) hm_fatal("double free", b, pg);
   rbuf_t *send = NULL, *o;
   bool kept = false;
   _Atomic(rbuf_t *) *slot = &h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)];
