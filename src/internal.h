@@ -179,7 +179,8 @@ typedef struct page_s {
   uint8_t is_zero;               /* carved-but-never-used memory is zero */
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
   uint8_t full_once;             /* found full once and sent to the back of its queue */
-  uint8_t spare;                 /* empty, kept second in its queue for the next refill */
+  uint8_t spare;                 /* empty, kept behind its queue's first page for the next
+                                    refill: 1, or 2 once a spare check has seen it (heap.c) */
   uint8_t slice;                 /* its run's first slice */
   struct page_s *next, *prev;    /* in a heap queue */
   /* other threads' */
@@ -337,6 +338,11 @@ typedef struct heap_s {
   uint64_t rand;                 /* per-heap PRNG state (page keys) */
   uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
   uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
+  uint64_t spare_check_ms;       /* when the spare pages are next checked, 0 = none kept */
+  uint32_t spare_slices;         /* slices of the spare pages, at most SPARE_SLICES */
+  uint64_t freed_classes;        /* bit c: a page of class c emptied since the last spare check */
+  uint8_t refills[CLASSES];      /* pages of each class carved or taken from the spares after
+                                    one emptied: halved at each spare check, up to 255 */
   struct heap_s *next_free;      /* recycled heap structs */
   bool live;                     /* a thread owns the heap (false once it exited) */
   _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
@@ -367,6 +373,10 @@ typedef struct heap_s {
   _Alignas(64) rbuf_t rb[RB_MAX];
 } heap_t;
 #define HEAP_RESET_SIZE offsetof(heap_t, lock)
+#define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
+#define CLASS_SPARES 8               /* 8 pages a class, */
+#define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */
+_Static_assert(CLASSES <= 64, "freed_classes has a bit per class");
 
 /* A page's owner (and what goes with it). */
 static inline void page_set_owner(page_t *pg, heap_t *h) {
