@@ -7,7 +7,13 @@
  *    ones, and the spares not taken back go to their segments;
  *  - a class that empties pages without refilling them keeps none;
  *  - of one-slice pages (blocks up to 8 KiB, which any class's next page can
- *    reuse) a class keeps one.
+ *    reuse) a class keeps one;
+ *  - two threads swapping 16-64 KiB blocks (their pages emptied by the
+ *    other's frees, and refilled: thousands of spares kept and taken back)
+ *    while a third calls malloc_trim, which takes the spares of the heaps it
+ *    trims: every block keeps its contents, and once the two have exited
+ *    (their spares go with their heaps) and the last blocks are freed, no
+ *    page of those classes is left.
  *
  * One program of its own, with HAKMEM_THREAD_CACHE_KB=0: the blocks of 4 KiB
  * and more, whose pages are several slices long, then go back to their pages
@@ -15,6 +21,9 @@
 #include "test.h"
 #include "hakmem.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
 TEST_ENV("HAKMEM_THREAD_CACHE_KB=0")
@@ -115,6 +124,73 @@ TEST(one_slice_pages_keep_one_spare) {
   CHECKF(after == full - (N / PER - 1) + 1, "%zu pages of 2 KiB blocks after emptying %d of %zu", after,
          N / PER - 1, full);
   for (int i = N - PER; i < N; i++) hakmem_free(p[i]);
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+enum { SLOTS = 256 };
+static _Atomic(unsigned char *) slot[SLOTS];
+static _Atomic int swappers_left;
+
+/* A block of n bytes: n in its first word, then tag, and tag in its last byte. */
+static void fill(unsigned char *p, size_t n, uint64_t tag) {
+  memcpy(p, &n, 8);
+  memcpy(p + 8, &tag, 8);
+  p[n - 1] = (unsigned char)tag;
+}
+static void check_and_free(unsigned char *p) {
+  size_t n;
+  uint64_t tag;
+  memcpy(&n, p, 8);
+  memcpy(&tag, p + 8, 8);
+  CHECKF(n >= (16 << 10) && n <= (64 << 10) && p[n - 1] == (unsigned char)tag,
+         "block %p: size %zu, tag %llx, last byte %u", (void *)p, n, (unsigned long long)tag, p[n - 1]);
+  hakmem_free(p);
+}
+
+static void *swapper(void *arg) {
+  uint64_t r = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  int steps = test_sanitized() ? 20000 : 200000;
+  for (int i = 0; i < steps; i++) {
+    uint64_t x = test_rand(&r);
+    size_t n = (16 << 10) + (size_t)(x % (48 << 10));
+    unsigned char *p = hakmem_malloc(n);
+    CHECK(p != NULL);
+    if (!p) break;
+    fill(p, n, x);
+    unsigned char *old = atomic_exchange(&slot[(x >> 32) % SLOTS], p);
+    if (old) check_and_free(old);
+  }
+  atomic_fetch_sub(&swappers_left, 1);
+  return NULL;
+}
+
+static void *trimmer(void *arg) {
+  (void)arg;
+  while (atomic_load(&swappers_left) > 0) {
+    hakmem_malloc_trim(0);
+    test_sleep_ms(1);
+  }
+  return NULL;
+}
+
+TEST(swapping_threads_with_malloc_trim) {
+  atomic_store(&swappers_left, 2);
+  pthread_t t[3];
+  CHECK(pthread_create(&t[0], NULL, swapper, (void *)1) == 0);
+  CHECK(pthread_create(&t[1], NULL, swapper, (void *)2) == 0);
+  CHECK(pthread_create(&t[2], NULL, trimmer, NULL) == 0);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < SLOTS; i++) {
+    unsigned char *p = atomic_exchange(&slot[i], NULL);
+    if (p) check_and_free(p);
+  }
+  hakmem_malloc_trim(0);
+  size_t left = 0;
+  hakmem_class_stats_t cs;
+  for (unsigned k = 0; hakmem_stats_class(k, &cs) == 0; k++)
+    if (cs.block_size >= (16 << 10) && cs.block_size <= (64 << 10)) left += cs.pages;
+  CHECKF(left == 0, "%zu pages of 16-64 KiB blocks after every block was freed and malloc_trim", left);
 }
 
 TEST_MAIN()
