@@ -613,16 +613,18 @@ bool segment_large_resize(page_t *pg, size_t slices) {
 }
 
 /* A heap whose thread is busy (the check runs on its own slow path) keeps
- * aged slices resident, whole runs, up to an eighth of the slices it uses, at most
- * BUSY_KEEP_MAX (1 MiB): a program cycling through a few pages' worth of memory
- * would otherwise purge and refault them over and over (one madvise each time).
+ * aged slices resident, whole runs, up to half the slices it uses, at most
+ * BUSY_KEEP_MAX (1 MiB): a program cycling through a few pages' worth of
+ * memory would otherwise purge and refault them over and over (one madvise
+ * each time; with an eighth, a heap of 2-4 MiB whose pages other threads'
+ * frees empty purged a page's run 5-12 times a run of remote50-t2).
  * They go at the next idle check (the purger's, or the thread's exit) or on
  * malloc_trim. */
 #define BUSY_KEEP_MAX 16
 static unsigned busy_keep(heap_t *h) {
   unsigned used = 0;
   for (segment_t *s = h->segments; s; s = s->next) used += (unsigned)__builtin_popcountll(s->used_slices) - 1;
-  return used / 8 < BUSY_KEEP_MAX ? used / 8 : BUSY_KEEP_MAX;
+  return used / 2 < BUSY_KEEP_MAX ? used / 2 : BUSY_KEEP_MAX;
 }
 
 /* Decay in two epochs: at each check, purge the slices that were already free
