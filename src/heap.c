@@ -270,12 +270,11 @@ void heap_page_retire_locked(heap_t *h, page_t *pg) {
     h->freed_classes |= 1ull << pg->cls;
     if (!h->spare_check_ms) h->spare_check_ms = os_coarse_ms() + h->purge_delay_ms;
   }
-  if (pg->cls < CLASSES && !(pg->flags & PAGE_FULL)) {
+  if (pg->cls < CLASSES && !(pg->flags & PAGE_FULL) && pg->slices <= KEEP_SLICES) {
     pageq_t *q = &h->queue[pg->cls];
-    if (q->first == pg) {
-      if (pg->slices <= KEEP_SLICES) return;
-    } else if (pg->slices <= KEEP_SLICES && h->refills[pg->cls] >= SPARE_AFTER &&
-               h->spare_slices + pg->slices <= SPARE_SLICES && class_spare_room(q, pg)) {
+    if (q->first == pg) return;
+    if (h->refills[pg->cls] >= SPARE_AFTER && h->spare_slices + pg->slices <= SPARE_SLICES &&
+        class_spare_room(q, pg)) {
       if (q->first->next != pg) {
         pageq_remove(q, pg);
         pageq_insert_after(q, q->first, pg);
