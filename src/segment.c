@@ -61,12 +61,11 @@ static uint64_t retired_due;
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
-/* Segments are mapped a batch at a time (8, then RESERVE_MAX: 32 MiB, then
- * 64 MiB), each batch with one mmap: address space only, until a segment is
- * used. */
-#define RESERVE_MAX 16
+/* Segments are mapped RESERVE_BATCH at a time (64 MiB), each batch with one
+ * mmap: address space only, until a segment is used. */
+#define RESERVE_BATCH 16
 static uint8_t *reserve;                     /* (cache_lock) the next unused segment */
-static size_t reserve_left, reserve_batch = 8;
+static size_t reserve_left;
 
 /* Every mapped segment (normal or huge, in use or cached) is registered, so a
  * census (mallinfo2, the stats report) can walk them.  Unmapping and moving
@@ -221,10 +220,9 @@ static segment_t *segment_new(heap_t *h) {
       halved_ms = 0;
     }
     if (!reserve_left) {
-      size_t n = reserve_batch;
+      size_t n = RESERVE_BATCH;
       while (!(reserve = os_map_aligned(n * SEG_SIZE, SEG_SIZE)) && n > 1) n = 1;
       reserve_left = reserve ? n : 0;
-      if (reserve_batch < RESERVE_MAX) reserve_batch *= 2;
     }
     if (reserve_left) {
       s = (segment_t *)reserve;
