@@ -667,6 +667,7 @@ static void heap_done(heap_t *h) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);
   }
+  if (!purge_running()) segment_retired_unmap();
   uint64_t pending = 0;
   while (h->segments) {
     segment_t *s = h->segments;

@@ -425,6 +425,7 @@ void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
+void    segment_retired_unmap(void);
 uint64_t segment_cache_decay(void);                /* next deadline, 0 = none */
 uint64_t segment_tidy_abandoned(bool force, size_t *left);  /* next deadline, 0 = none */
 void    segment_fork_prepare(void), segment_fork_parent(void), segment_fork_child(void);
@@ -504,6 +505,7 @@ void remote_take(heap_t *h);                       /* (purger, locked) h's inbox
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
 void purge_want(void);                             /* multi-threaded: the thread should run */
 bool purge_running(void);                          /* it runs: it keeps deadlines armed */
+bool multi_threaded(void);                         /* the process has had a second thread */
 extern _Atomic int hm_purge_wanted;                /* start it at the next safe point */
 /* The safe point is the way out of malloc's slow path (no heap locked; it
  * allocates), never free: glibc frees a dead thread's TLS while holding the

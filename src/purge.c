@@ -38,7 +38,7 @@ static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;   /* a pass vs. fo
 
 /* glibc's flag (2.32 on); elsewhere: two threads have had a heap. */
 extern char __libc_single_threaded __attribute__((weak));
-static bool multi_threaded(void) {
+bool multi_threaded(void) {
   if (&__libc_single_threaded) return !__libc_single_threaded;
   return atomic_load_explicit(&hm_stat_peak[STAT_THREADS], memory_order_relaxed) >= 2;
 }

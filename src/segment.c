@@ -39,8 +39,10 @@ static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment ta
  * then unmapped together, in address order: a burst of frees empties whole
  * reserve batches, which are contiguous, so each run of adjacent segments
  * goes with one munmap, and the threads that freed do not wait for it.
- * Without the purger, at once (and the ones a forked child inherits, by the
- * next thread that decays the cache); beyond RETIRED_MAX (1 GiB), the older
+ * Without the purger (HAKMEM_BACKGROUND=0, a forked child), the threads' own
+ * slow paths unmap them once due, as they decay the cache; a single-threaded
+ * program unmaps them at once, since it may never call again
+ * (drop_with_neighbours).  Beyond RETIRED_MAX (1 GiB), the older
  * half by whoever adds: threads passing big blocks to each other empty and
  * take segments faster than the purger's delay, and unmapping the whole list
  * then sent every thread to map fresh ones and fault them in (mt_remote 4
@@ -374,9 +376,9 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
   return next;
 }
 
-/* (cache_lock held) Without the purger, a segment pushed out of the cache is
- * unmapped at once, and takes with it the cached segments next to it in
- * memory: a teardown that empties many segments (adjacent, from the same
+/* (cache_lock held) In a single-threaded program, a segment pushed out of
+ * the cache is unmapped at once, and takes with it the cached segments next
+ * to it in memory: a teardown that empties many segments (adjacent, from the same
  * reserve batches) then unmaps them a run at a time instead of one by one,
  * holding nothing back.  An ascending list for unmap_runs. */
 static segment_t *drop_with_neighbours(segment_t *s) {
@@ -425,7 +427,10 @@ static void segment_discard(segment_t *s) {
       cache_count--;
     }
   }
-  if (drop && purge_running()) {
+  /* (without the purger, unmapping at once made threads that pass big blocks
+   * to each other map and fault in every segment again: 8 threads of
+   * mt_remote, 256 KiB-1 MiB, ran at a quarter of the purger's speed) */
+  if (drop && (purge_running() || multi_threaded())) {
     retire(drop, now);
     drop = NULL;
   }
@@ -455,6 +460,15 @@ uint64_t segment_cache_decay(void) { return cache_decay_now(os_now_ms(), true); 
 void segment_release_empty(heap_t *h, segment_t *s) {
   segment_unlink(h, s);
   segment_discard(s);
+}
+
+/* A thread exits without the purger: the segments waiting on the retired
+ * list go now (no thread may call again to unmap them). */
+void segment_retired_unmap(void) {
+  pthread_mutex_lock(&cache_lock);
+  segment_t *unmap = take_retired(0, os_now_ms());
+  pthread_mutex_unlock(&cache_lock);
+  unmap_runs(unmap);
 }
 
 bool segment_cache_trim(void) {
