@@ -35,31 +35,24 @@ static size_t cache_count;
 static _Atomic uint64_t cache_due;           /* the next purge or unmap due, 0: none (read unlocked) */
 static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment taken back
                                           soon after its purge was purged too early */
-/* Segments pushed out of the cache wait for the purger's next decay and are
- * then unmapped together, in address order: a burst of frees empties whole
- * reserve batches, which are contiguous, so each run of adjacent segments
- * goes with one munmap, and the threads that freed do not wait for it.
- * Without the purger (HAKMEM_BACKGROUND=0, a forked child), the threads' own
- * slow paths unmap them once due, as they decay the cache; a single-threaded
- * program unmaps them at once, since it may never call again
- * (drop_with_neighbours).  Beyond RETIRED_MAX (1 GiB), the older
- * half by whoever adds: threads passing big blocks to each other empty and
- * take segments faster than the purger's delay, and unmapping the whole list
- * then sent every thread to map fresh ones and fault them in (mt_remote 4
- * threads, 256 KiB-1 MiB: 830-1060 munmap and 150-180 mmap calls).  The wait
- * adapts as the purge delays do: a fresh segment mapped soon after retired
- * ones were unmapped doubles it, an unmap not followed by one brings it back
- * down.  The bound adapts too, from RETIRED_MAX up to RETIRED_CAP (4 GiB):
- * a fresh segment mapped soon after the older half went doubles it, and the
- * purger's pass halves it when the list it unmaps is under a quarter of it
- * (what of the list is resident goes at that pass either way). */
-#define RETIRED_MAX 256
-#define RETIRED_CAP 1024
-static segment_t *retired;                   /* (cache_lock) newest first */
-static size_t retired_count;
-static size_t retired_max = RETIRED_MAX;     /* (cache_lock) adaptive */
-static uint64_t halved_ms;                   /* (cache_lock) when the older half last went */
-static uint64_t retired_due;
+/* Segments pushed out of the cache are retired: each waits one delay, still
+ * mapped, and then goes at the purger's next decay with the others whose
+ * delay has passed, in address order: a burst of frees empties whole reserve
+ * batches, which are contiguous, so each run of adjacent segments goes with
+ * one munmap, and the threads that freed do not wait for it.  A thread that
+ * needs a segment takes the newest retired one before fresh address space,
+ * so the list never makes the process map more than its peak need; what it
+ * holds resident is what was freed within the last delay, as for free
+ * slices.  (A bound on the list, whose older half went when it was reached,
+ * made threads passing big blocks to each other, whose footprint swings by
+ * gigabytes, unmap and map again some 1500 segments a run: mt_remote 8
+ * threads, 256 KiB-1 MiB.)  Without the purger (HAKMEM_BACKGROUND=0, a forked
+ * child), the threads' own slow paths unmap them once due, as they decay the
+ * cache; a single-threaded program unmaps them at once, since it may never
+ * call again (drop_with_neighbours).  The wait adapts as the purge delays
+ * do: a fresh segment mapped soon after retired ones were unmapped doubles
+ * it, an unmap not followed by one brings it back down. */
+static segment_t *retired, *retired_tail;    /* (cache_lock) newest first, doubly linked */
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
@@ -209,17 +202,13 @@ static segment_t *segment_new(heap_t *h) {
     /* one waiting to be unmapped: the threads need more segments than the
      * cache holds after all (a burst of big blocks freed by other threads) */
     s = retired;
-    retired = s->next;
-    retired_count--;
+    list_remove(&retired, s);
+    if (retired_tail == s) retired_tail = NULL;
   } else {
     uint64_t now = os_now_ms(), soon = 2 * purge_delay_floor(retired_delay_ms);
     if (unmapped_ms && !remapped && now - unmapped_ms < soon) {
       retired_delay_ms = purge_delay_adapt(retired_delay_ms, true);
       remapped = true;
-    }
-    if (halved_ms && now - halved_ms < soon && retired_max < RETIRED_CAP) {
-      retired_max *= 2;
-      halved_ms = 0;
     }
     if (!reserve_left) {
       size_t n = RESERVE_BATCH;
@@ -293,30 +282,34 @@ void segment_unlink(heap_t *h, segment_t *s) {
 }
 
 /* (cache_lock held) Queue s for unmap_runs, newest first (segment_new takes
- * the newest back; a sorted insert here held the lock for the walk). */
+ * the newest back; a sorted insert here held the lock for the walk), to go
+ * once it has waited the delay (purge_ms, unused while retired). */
 static void retire(segment_t *s, uint64_t now) {
-  s->next = retired;
-  retired = s;
   retired_delay_ms = purge_delay_floor(retired_delay_ms);
-  if (!retired_count++) retired_due = now + retired_delay_ms;
+  s->purge_ms = now + retired_delay_ms;
+  list_push(&retired, s);
+  if (!retired_tail) retired_tail = s;
 }
 
-/* (cache_lock held) The retired list from its keep-th segment on (all of it
- * for 0; the oldest), taken off it: for unmap_runs after the lock. */
-static segment_t *take_retired(size_t keep, uint64_t now) {
-  if (retired && !keep) {
+/* (cache_lock held) The retired segments whose delay has passed at now (the
+ * oldest, at the tail; all of them if force), taken off the list: for
+ * unmap_runs after the lock.  Those retired since stay: a thread that needs a
+ * segment soon takes them back.  An unmap not followed by a fresh segment
+ * (segment_new) brings the delay back down. */
+static segment_t *take_retired(uint64_t now, bool force) {
+  segment_t *list = NULL;
+  while (retired_tail && (force || now >= retired_tail->purge_ms)) {
+    segment_t *s = retired_tail;
+    retired_tail = s->prev;
+    list_remove(&retired, s);
+    s->next = list;
+    list = s;
+  }
+  if (list) {
     if (unmapped_ms && !remapped) retired_delay_ms = purge_delay_adapt(retired_delay_ms, false);
-    if (retired_count < retired_max / 4 && retired_max > RETIRED_MAX) retired_max /= 2;
     unmapped_ms = now;
     remapped = false;
-  } else if (keep) {
-    halved_ms = now;
   }
-  segment_t **at = &retired;
-  for (size_t i = 0; i < keep && *at; i++) at = &(*at)->next;
-  segment_t *list = *at;
-  *at = NULL;
-  retired_count = retired_count < keep ? retired_count : keep;
   return list;
 }
 
@@ -366,12 +359,8 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
       if (!force) cache_delay_ms = purge_delay_adapt(cache_delay_ms, false);
     } else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
-  if (retired && (((purger || !purge_running()) && now >= retired_due) || force)) {
-    *unmap = take_retired(0, now);
-  } else {
-    if (retired_count >= retired_max) *unmap = take_retired(retired_max / 2, now);
-    if (retired && (!next || retired_due < next)) next = retired_due;
-  }
+  if (force || purger || !purge_running()) *unmap = take_retired(now, force);
+  if (retired_tail && (!next || retired_tail->purge_ms < next)) next = retired_tail->purge_ms;
   atomic_store_explicit(&cache_due, next, memory_order_relaxed);
   return next;
 }
@@ -466,7 +455,7 @@ void segment_release_empty(heap_t *h, segment_t *s) {
  * list go now (no thread may call again to unmap them). */
 void segment_retired_unmap(void) {
   pthread_mutex_lock(&cache_lock);
-  segment_t *unmap = take_retired(0, os_now_ms());
+  segment_t *unmap = take_retired(os_now_ms(), true);
   pthread_mutex_unlock(&cache_lock);
   unmap_runs(unmap);
 }
@@ -479,7 +468,7 @@ bool segment_cache_trim(void) {
     retire(s, now);
   }
   cache_count = 0;
-  segment_t *unmap = take_retired(0, now);
+  segment_t *unmap = take_retired(now, true);
   pthread_mutex_unlock(&cache_lock);
   unmap_runs(unmap);
   return unmap != NULL;

@@ -1,59 +1,92 @@
-/* Segments emptied beyond the segment cache (segment.c): they wait, still
- * mapped, for the purger to unmap them together; past a bound of 256
- * waiting, the older half is unmapped at once.  A program that maps fresh
- * segments soon after that happened gets twice the bound (up to 1024), so a
- * burst that repeats does not unmap and refault its segments every time.
+/* Segments emptied beyond the segment cache (segment.c): they are retired,
+ * each waits one delay, still mapped, and the purger then unmaps those whose
+ * delay has passed; a thread that needs a segment takes a waiting one back
+ * before it maps fresh address space.
  *
- *  - bursts of 300 emptied segments: the first unmaps at the bound, the one
- *    right after it unmaps nothing, and the purger still unmaps them all.
+ *  - a burst of 300 emptied segments unmaps nothing, the burst right after
+ *    takes them back without mapping, and the purger unmaps them all later;
+ *  - segments retired at different times go at different times: the ones
+ *    retired first go while the later ones still wait.
  *
- * One program of its own, with HAKMEM_PURGE_DELAY_MS=500: the purger must
- * not unmap the waiting segments between the bursts, whose timing the
+ * One program of its own, with HAKMEM_PURGE_DELAY_MS=400: the purger must
+ * not unmap the waiting segments within the bursts, whose timing the
  * sanitizer builds stretch. */
 #include "test.h"
 #include "hakmem.h"
 
 #include <pthread.h>
 
-TEST_ENV("HAKMEM_PURGE_DELAY_MS=500")
+TEST_ENV("HAKMEM_PURGE_DELAY_MS=400")
 
 enum { BLOCKS = 900 };                          /* of 1 MiB, three to a segment: 300 segments */
 static void *blk[BLOCKS];
 
-/* Allocate the blocks, free them all; the munmap calls the frees made. */
-static size_t burst(void) {
-  hakmem_stats_t a, b;
-  for (int i = 0; i < BLOCKS; i++) {
+static void fill(int from, int to) {
+  for (int i = from; i < to; i++) {
     blk[i] = hakmem_malloc(1 << 20);
     CHECK(blk[i] != NULL);
   }
-  hakmem_stats_get(&a);
-  for (int i = 0; i < BLOCKS; i++) hakmem_free(blk[i]);
-  hakmem_stats_get(&b);
-  return b.munmap_calls - a.munmap_calls;
+}
+static void drop(int from, int to) {
+  for (int i = from; i < to; i++) hakmem_free(blk[i]);
 }
 
 static void *nothing(void *arg) { return arg; }
 
-TEST(retired_bound_doubles_for_repeated_bursts) {
+/* Wait (up to 5 s) for the purger to leave at most keep segments mapped. */
+static size_t wait_for(size_t keep) {
+  hakmem_stats_t now;
+  hakmem_stats_get(&now);
+  for (int ms = 0; ms < 5000 && now.segments > keep; ms += 10) {
+    test_sleep_ms(10);
+    hakmem_stats_get(&now);
+  }
+  return now.segments;
+}
+
+TEST(a_burst_waits_and_is_taken_back) {
   pthread_t t;                                  /* a second thread starts the purger */
   CHECK(pthread_create(&t, NULL, nothing, NULL) == 0);
   pthread_join(t, NULL);
-  hakmem_stats_t base, now;
+  hakmem_stats_t base, a, b, c;
   hakmem_stats_get(&base);
-  size_t first = burst(), second = burst();
-  NOTE("munmap calls while 300 segments emptied: %zu, then %zu", first, second);
-  CHECKF(first >= 1, "the first burst unmapped nothing at the bound of 256 (%zu calls)", first);
-  CHECKF(second == 0, "the burst right after unmapped at the bound again (%zu calls)", second);
-  /* and what waits still goes: the purger unmaps the rest (8 stay cached,
-   * and the heap keeps one if it had none before) */
-  size_t keep = base.segments + 8 + 1;
-  hakmem_stats_get(&now);
-  for (int ms = 0; ms < 5000 && now.segments > keep; ms += 20) {
-    test_sleep_ms(20);
-    hakmem_stats_get(&now);
-  }
-  CHECKF(now.segments <= keep, "%zu segments still mapped 5 s after the bursts", now.segments - base.segments);
+  fill(0, BLOCKS);
+  hakmem_stats_get(&a);
+  drop(0, BLOCKS);
+  hakmem_stats_get(&b);
+  fill(0, BLOCKS);
+  hakmem_stats_get(&c);
+  NOTE("%zu segments emptied with %zu munmap calls; the next burst mapped %zu segments", a.segments - base.segments,
+       b.munmap_calls - a.munmap_calls, c.segments - a.segments);
+  CHECKF(a.segments - base.segments >= 290, "only %zu segments for 900 blocks of 1 MiB", a.segments - base.segments);
+  CHECKF(b.munmap_calls == a.munmap_calls, "%zu munmap calls as 300 segments emptied", b.munmap_calls - a.munmap_calls);
+  CHECKF(c.segments <= a.segments && c.mmap_calls == b.mmap_calls, "the burst right after mapped %zu segments anew",
+         c.segments - b.segments);
+  drop(0, BLOCKS);
+  /* and what waits still goes (8 stay cached, and the heap keeps one) */
+  size_t keep = base.segments + 8 + 1, left = wait_for(keep);
+  CHECKF(left <= keep, "%zu segments still mapped 5 s after the bursts", left - base.segments);
+}
+
+TEST(retired_segments_go_by_age) {
+  enum { HALF = 90 };                           /* 30 segments each */
+  hakmem_stats_t base, full;
+  hakmem_stats_get(&base);
+  fill(0, 2 * HALF);                            /* (the 8 cached ones first) */
+  hakmem_stats_get(&full);
+  drop(0, HALF);                                /* 22 retired now, 8 cached */
+  test_sleep_ms(200);
+  drop(HALF, 2 * HALF);                         /* 22 more retired 200 ms later, and the first 8 */
+  /* The ones retired first (about 20) go 400 ms after their frees; the
+   * others (about 30) wait 200 ms more. */
+  size_t left = wait_for(full.segments - 10);
+  NOTE("%zu of %zu segments left once the first ones went", left - base.segments, full.segments - base.segments);
+  CHECKF(left <= full.segments - 10, "the first ones still mapped 5 s after their frees (%zu of %zu left)",
+         left - base.segments, full.segments - base.segments);
+  CHECKF(left + 30 >= full.segments, "the later ones went with the first (%zu of %zu left)", left - base.segments,
+         full.segments - base.segments);
+  left = wait_for(base.segments + 9);
+  CHECKF(left <= base.segments + 9, "%zu segments still mapped 5 s after the frees", left - base.segments);
 }
 
 TEST_MAIN()
