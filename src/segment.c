@@ -56,6 +56,8 @@ static segment_t *retired, *retired_tail;    /* (cache_lock) newest first, doubl
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
+static bool taken_back;                      /* (cache_lock) a retired one was reused since
+                                                retired ones were last due */
 /* Segments are mapped RESERVE_BATCH at a time (64 MiB), each batch with one
  * mmap: address space only, until a segment is used. */
 #define RESERVE_BATCH 16
@@ -204,6 +206,7 @@ static segment_t *segment_new(heap_t *h) {
     s = retired;
     list_remove(&retired, s);
     if (retired_tail == s) retired_tail = NULL;
+    taken_back = true;
   } else {
     uint64_t now = os_now_ms(), soon = 2 * purge_delay_floor(retired_delay_ms);
     if (unmapped_ms && !remapped && now - unmapped_ms < soon) {
@@ -293,11 +296,18 @@ static void retire(segment_t *s, uint64_t now) {
 
 /* (cache_lock held) The retired segments whose delay has passed at now (the
  * oldest, at the tail; all of them if force), taken off the list: for
- * unmap_runs after the lock.  Those retired since stay: a thread that needs a
- * segment soon takes them back.  An unmap not followed by a fresh segment
- * (segment_new) brings the delay back down. */
+ * unmap_runs after the lock.  While threads take retired ones back, those
+ * retired since stay, for them; when none was taken back since retired ones
+ * were last due, the rest goes too, in the same runs (a teardown's segments,
+ * retired a few at a time, then go with a few munmap calls instead of one
+ * per pass: rss_free's exiting threads made 49 against 10).  An unmap not
+ * followed by a fresh segment (segment_new) brings the delay back down. */
 static segment_t *take_retired(uint64_t now, bool force) {
   segment_t *list = NULL;
+  if (retired_tail && now >= retired_tail->purge_ms) {
+    force |= !taken_back;
+    taken_back = false;
+  }
   while (retired_tail && (force || now >= retired_tail->purge_ms)) {
     segment_t *s = retired_tail;
     retired_tail = s->prev;

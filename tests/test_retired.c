@@ -5,8 +5,11 @@
  *
  *  - a burst of 300 emptied segments unmaps nothing, the burst right after
  *    takes them back without mapping, and the purger unmaps them all later;
- *  - segments retired at different times go at different times: the ones
- *    retired first go while the later ones still wait.
+ *  - while the program takes retired segments back, those retired at
+ *    different times go at different times: the ones retired first go
+ *    while the later ones still wait;
+ *  - when nothing takes them back, the whole list goes at the first
+ *    deadline, in runs of adjacent segments (few munmap calls).
  *
  * One program of its own, with HAKMEM_PURGE_DELAY_MS=400: the purger must
  * not unmap the waiting segments within the bursts, whose timing the
@@ -68,18 +71,26 @@ TEST(a_burst_waits_and_is_taken_back) {
   CHECKF(left <= keep, "%zu segments still mapped 5 s after the bursts", left - base.segments);
 }
 
-TEST(retired_segments_go_by_age) {
-  enum { HALF = 90 };                           /* 30 segments each */
-  hakmem_stats_t base, full;
+TEST(retired_segments_go_by_age_while_reused) {
+  enum { HALF = 90, SOME = 36 };                /* 30 segments each; 12 */
+  hakmem_stats_t base, full, now;
   hakmem_stats_get(&base);
   fill(0, 2 * HALF);                            /* (the 8 cached ones first) */
   hakmem_stats_get(&full);
   drop(0, HALF);                                /* 22 retired now, 8 cached */
   test_sleep_ms(200);
   drop(HALF, 2 * HALF);                         /* 22 more retired 200 ms later, and the first 8 */
-  /* The ones retired first (about 20) go 400 ms after their frees; the
-   * others (about 30) wait 200 ms more. */
-  size_t left = wait_for(full.segments - 10);
+  /* The program keeps taking retired segments back (12 segments: the one
+   * its heap kept, the 8 cached and the 3 newest retired ones), so the ones retired first go 400 ms
+   * after their frees and the others wait 200 ms more. */
+  size_t left = full.segments;
+  for (int ms = 0; ms < 5000 && left > full.segments - 10; ms += 10) {
+    fill(2 * HALF, 2 * HALF + SOME);
+    drop(2 * HALF, 2 * HALF + SOME);
+    test_sleep_ms(10);
+    hakmem_stats_get(&now);
+    left = now.segments;
+  }
   NOTE("%zu of %zu segments left once the first ones went", left - base.segments, full.segments - base.segments);
   CHECKF(left <= full.segments - 10, "the first ones still mapped 5 s after their frees (%zu of %zu left)",
          left - base.segments, full.segments - base.segments);
@@ -87,6 +98,25 @@ TEST(retired_segments_go_by_age) {
          full.segments - base.segments);
   left = wait_for(base.segments + 9);
   CHECKF(left <= base.segments + 9, "%zu segments still mapped 5 s after the frees", left - base.segments);
+}
+
+TEST(unused_retired_segments_go_together) {
+  hakmem_stats_t base, a, b;
+  hakmem_stats_get(&base);
+  fill(0, 180);                                 /* 60 segments, emptied a group at a time */
+  hakmem_stats_get(&a);
+  for (int g = 0; g < 6; g++) {
+    drop(g * 30, g * 30 + 30);
+    test_sleep_ms(50);
+  }
+  /* Nothing takes them back: when the first group's delay has passed, the
+   * whole list goes, in runs of adjacent segments. */
+  size_t left = wait_for(base.segments + 9);
+  hakmem_stats_get(&b);
+  NOTE("%zu segments unmapped with %zu munmap calls", a.segments - left, b.munmap_calls - a.munmap_calls);
+  CHECKF(left <= base.segments + 9, "%zu segments still mapped 5 s after the frees", left - base.segments);
+  CHECKF(b.munmap_calls - a.munmap_calls <= 8, "%zu munmap calls for %zu segments (one per group and pass)",
+         b.munmap_calls - a.munmap_calls, a.segments - left);
 }
 
 TEST_MAIN()
