@@ -11,15 +11,16 @@
  *  - when nothing takes them back, the whole list goes at the first
  *    deadline, in runs of adjacent segments (few munmap calls).
  *
- * One program of its own, with HAKMEM_PURGE_DELAY_MS=400: the purger must
+ * One program of its own, with HAKMEM_PURGE_DELAY_MS=1000: the purger must
  * not unmap the waiting segments within the bursts, whose timing the
  * sanitizer builds stretch. */
 #include "test.h"
 #include "hakmem.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 
-TEST_ENV("HAKMEM_PURGE_DELAY_MS=400")
+TEST_ENV("HAKMEM_PURGE_DELAY_MS=1000")
 
 enum { BLOCKS = 900 };                          /* of 1 MiB, three to a segment: 300 segments */
 static void *blk[BLOCKS];
@@ -78,11 +79,12 @@ TEST(retired_segments_go_by_age_while_reused) {
   fill(0, 2 * HALF);                            /* (the 8 cached ones first) */
   hakmem_stats_get(&full);
   drop(0, HALF);                                /* 22 retired now, 8 cached */
-  test_sleep_ms(200);
-  drop(HALF, 2 * HALF);                         /* 22 more retired 200 ms later, and the first 8 */
+  test_sleep_ms(500);
+  drop(HALF, 2 * HALF);                         /* 22 more retired 500 ms later, and the first 8 */
+  uint64_t later = test_now_ms();
   /* The program keeps taking retired segments back (12 segments: the one
-   * its heap kept, the 8 cached and the 3 newest retired ones), so the ones retired first go 400 ms
-   * after their frees and the others wait 200 ms more. */
+   * its heap kept, the 8 cached and the 3 newest retired ones), so the ones
+   * retired first go 1 s after their frees and the others wait 500 ms more. */
   size_t left = full.segments;
   for (int ms = 0; ms < 5000 && left > full.segments - 10; ms += 10) {
     fill(2 * HALF, 2 * HALF + SOME);
@@ -91,11 +93,15 @@ TEST(retired_segments_go_by_age_while_reused) {
     hakmem_stats_get(&now);
     left = now.segments;
   }
-  NOTE("%zu of %zu segments left once the first ones went", left - base.segments, full.segments - base.segments);
+  /* (seen only after the later ones' delay too, on a machine too slow for
+   * the window, the test cannot tell) */
+  bool late = test_now_ms() - later >= 1000;
+  NOTE("%zu of %zu segments left once the first ones went%s", left - base.segments, full.segments - base.segments,
+       late ? " (seen too late to tell)" : "");
   CHECKF(left <= full.segments - 10, "the first ones still mapped 5 s after their frees (%zu of %zu left)",
          left - base.segments, full.segments - base.segments);
-  CHECKF(left + 30 >= full.segments, "the later ones went with the first (%zu of %zu left)", left - base.segments,
-         full.segments - base.segments);
+  CHECKF(late || left + 30 >= full.segments, "the later ones went with the first (%zu of %zu left)",
+         left - base.segments, full.segments - base.segments);
   left = wait_for(base.segments + 9);
   CHECKF(left <= base.segments + 9, "%zu segments still mapped 5 s after the frees", left - base.segments);
 }
