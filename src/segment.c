@@ -206,6 +206,15 @@ static void segment_header_init(segment_t *s, size_t size, bool fresh) {
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
 static uint64_t purge_delay_floor(uint64_t delay);
 
+/* Was memory purged (or unmapped) at then and wanted again now purged too
+ * early: within two delays, and two milliseconds at least (with
+ * HAKMEM_PURGE_DELAY_MS=0 the window was empty, the delays never grew, and
+ * every big block freed was purged and faulted in again: 256 KiB-1 MiB
+ * blocks ran 10 to 30 times slower). */
+static bool too_early(uint64_t then, uint64_t now, uint64_t delay) {
+  return now - then < 2 * (delay ? delay : 1);
+}
+
 static segment_t *segment_new(heap_t *h) {
   segment_t *s = NULL;
   bool fresh = false;
@@ -215,7 +224,7 @@ static segment_t *segment_new(heap_t *h) {
     s = q->first;
     segq_remove(q, s);
     cache_count--;
-    if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * cache_delay_ms)
+    if (s->purged_slices && too_early(s->purged_ms, os_now_ms(), cache_delay_ms))
       cache_delay_ms = purge_delay_adapt(cache_delay_ms, true);
   } else if (retired.first) {
     /* one waiting to be unmapped: the threads need more segments than the
@@ -224,8 +233,8 @@ static segment_t *segment_new(heap_t *h) {
     segq_remove(&retired, s);
     taken_back = true;
   } else {
-    uint64_t now = os_now_ms(), soon = 2 * purge_delay_floor(retired_delay_ms);
-    if (unmapped_ms && !remapped && now - unmapped_ms < soon) {
+    uint64_t now = os_now_ms();
+    if (unmapped_ms && !remapped && too_early(unmapped_ms, now, purge_delay_floor(retired_delay_ms))) {
       retired_delay_ms = purge_delay_adapt(retired_delay_ms, true);
       remapped = true;
     }
@@ -278,7 +287,7 @@ uint64_t purge_delay_adapt(uint64_t delay, bool refault) {
   uint64_t base = (uint64_t)hm_options.purge_delay_ms;
   delay = purge_delay_floor(delay);
   if (refault) return delay * 2 > PURGE_DELAY_MAX_MS ? (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS) : (delay ? delay * 2 : 1);
-  return purge_delay_floor(delay - delay / 4);
+  return purge_delay_floor(delay - (delay + 3) / 4);   /* (1 ms goes back to 0) */
 }
 
 /* Purge the free slices in mask, coalescing runs into one madvise each. */
@@ -554,7 +563,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   pg->is_zero = !(s->dirty_slices & mask);
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = pg;
   if (s->purged_slices & mask) {
-    if (os_now_ms() - s->purged_ms < 2 * h->purge_delay_ms) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, true);
+    if (too_early(s->purged_ms, os_now_ms(), h->purge_delay_ms)) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, true);
     s->purged_slices &= ~mask;
   }
   s->used_slices |= mask;
@@ -770,7 +779,7 @@ static segment_t *huge_cache_take(size_t total) {
     list_remove(&huge_cache, best);
     huge_cache_bytes -= best->size;
     stat_dec(STAT_HUGE_CACHED);
-    if (!best->purge_ms && os_now_ms() - best->purged_ms < 2 * huge_delay_ms)
+    if (!best->purge_ms && too_early(best->purged_ms, os_now_ms(), huge_delay_ms))
       huge_delay_ms = purge_delay_adapt(huge_delay_ms, true);
   }
   pthread_mutex_unlock(&huge_lock);
@@ -1042,7 +1051,7 @@ static void abandoned_take(segment_t *s) {
 /* (abandoned_lock held) s, taken off the list, goes back to work. */
 static void abandoned_reclaim(segment_t *s) {
   abandoned_take(s);
-  if (s->purged_slices && os_now_ms() - s->purged_ms < 2 * abandoned_delay_ms)
+  if (s->purged_slices && too_early(s->purged_ms, os_now_ms(), abandoned_delay_ms))
     abandoned_delay_ms = purge_delay_adapt(abandoned_delay_ms, true);
   s->purge_ms = 0;                           /* the new owner schedules its own */
 }
