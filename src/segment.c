@@ -37,6 +37,7 @@ typedef struct { segment_t *first, *last; } segq_t;
  * at every discard ran HAKMEM_SEGMENT_CACHE=256 at a third of the default's
  * speed with 8 threads passing big blocks). */
 static segq_t cache, cache_cold;
+static segq_t *const caches[] = { &cache, &cache_cold };
 static size_t cache_count;                   /* in both */
 static _Atomic uint64_t cache_due;           /* the next purge or unmap due, 0: none (read unlocked) */
 static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment taken back
@@ -401,15 +402,16 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
 
 /* (cache_lock held) In a single-threaded program, a segment pushed out of
  * the cache is unmapped at once, and takes with it the cached segments next
- * to it in memory: a teardown that empties many segments (adjacent, from the same
- * reserve batches) then unmaps them a run at a time instead of one by one,
- * holding nothing back.  An ascending list for unmap_runs. */
+ * to it in memory: a teardown that empties many segments (adjacent, from the
+ * same reserve batches) then unmaps them a run at a time instead of one by
+ * one, holding nothing back.  An ascending list for unmap_runs. */
 static segment_t *drop_with_neighbours(segment_t *s) {
   s->next = NULL;
   segment_t *first = s, *last = s;
   for (bool grew = true; grew;) {
     grew = false;
-    for (segq_t *q = &cache; q && !grew; q = q == &cache ? &cache_cold : NULL) {
+    for (size_t k = 0; k < sizeof caches / sizeof caches[0] && !grew; k++) {
+      segq_t *q = caches[k];
       for (segment_t *c = q->first; c; c = c->next) {
         if ((uint8_t *)c + c->size == (uint8_t *)first) {
           segq_remove(q, c);
@@ -500,9 +502,9 @@ void segment_retired_unmap(void) {
 bool segment_cache_trim(void) {
   pthread_mutex_lock(&cache_lock);
   uint64_t now = os_now_ms();
-  for (segq_t *q = &cache; q; q = q == &cache ? &cache_cold : NULL) {
-    for (segment_t *s; (s = q->first) != NULL;) {
-      segq_remove(q, s);
+  for (size_t k = 0; k < sizeof caches / sizeof caches[0]; k++) {
+    for (segment_t *s; (s = caches[k]->first) != NULL;) {
+      segq_remove(caches[k], s);
       retire(s, now);
     }
   }
