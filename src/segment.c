@@ -323,13 +323,14 @@ static void retire(segment_t *s, uint64_t now) {
  * oldest, at the tail; all of them if force), taken off the list: for
  * unmap_runs after the lock.  While threads take retired ones back, those
  * retired since stay, for them; when none was taken back since retired ones
- * were last due, the rest goes too, in the same runs (a teardown's segments,
+ * were last due or all taken (malloc_trim: a flag left from before made the
+ * next teardown go in two passes), the rest goes too, in the same runs (a teardown's segments,
  * retired a few at a time, then go with a few munmap calls instead of one
  * per pass: rss_free's exiting threads made 49 against 10).  An unmap not
  * followed by a fresh segment (segment_new) brings the delay back down. */
 static segment_t *take_retired(uint64_t now, bool force) {
   segment_t *list = NULL;
-  if (retired.last && now >= retired.last->purge_ms) {
+  if (force || (retired.last && now >= retired.last->purge_ms)) {
     force |= !taken_back;
     taken_back = false;
   }

@@ -15,8 +15,6 @@
  *    (src/remote.c), reach their owner, which waits too: its pages return.
  *  - an exited thread's free memory, in segments it left with a few live
  *    blocks, is returned by the purger.
- *  - segments emptied together by exiting threads are unmapped together:
- *    adjacent ones with one munmap.
  *
  * The program runs with HAKMEM_PURGE_DELAY_MS=2 (re-executing itself with it
  * before anything is allocated) so that the purger works often. */
@@ -324,58 +322,6 @@ TEST(exited_thread_memory_returned) {
   if (!test_sanitized())
     CHECKF(now - base < 16 * 1024, "%ld KiB above the start still resident %llu ms after the thread exited",
            now - base, (unsigned long long)ms);
-}
-
-/* ---- emptied segments unmapped together --------------------------------------------- */
-#define UW 4
-#define UBLOCKS 96                             /* 96 x 256 KiB: 6 segments a thread */
-static pthread_barrier_t ubar;
-static void *uworker(void *arg) {
-  void *b[UBLOCKS];
-  for (int i = 0; i < UBLOCKS; i++) {
-    b[i] = hakmem_malloc(256 << 10);
-    if (b[i]) memset(b[i], (int)(intptr_t)arg, 256 << 10);
-  }
-  pthread_barrier_wait(&ubar);                 /* main counts the segments */
-  pthread_barrier_wait(&ubar);
-  for (int i = 0; i < UBLOCKS; i++) hakmem_free(b[i]);
-  return NULL;
-}
-
-/* The threads' segments at their peak, counted before any is freed (the
- * purger may unmap some before the threads are joined). */
-static size_t urun(void) {
-  pthread_t th[UW];
-  hakmem_stats_t st;
-  pthread_barrier_init(&ubar, NULL, UW + 1);
-  for (int i = 0; i < UW; i++) pthread_create(&th[i], NULL, uworker, (void *)(intptr_t)(i + 1));
-  pthread_barrier_wait(&ubar);
-  hakmem_stats_get(&st);
-  pthread_barrier_wait(&ubar);
-  for (int i = 0; i < UW; i++) pthread_join(th[i], NULL);
-  pthread_barrier_destroy(&ubar);
-  return st.segments;
-}
-
-TEST(emptied_segments_unmapped_together) {
-  urun();                                      /* the purger runs (it does the unmapping) */
-  hakmem_malloc_trim(0);                       /* start from an empty segment cache */
-  hakmem_stats_t a, b;
-  hakmem_stats_get(&a);
-  size_t peak = urun(), keep = a.segments + 8; /* the cache keeps 8 */
-  hakmem_stats_get(&b);
-  for (int ms = 0; ms < 500 && b.segments > keep; ms += 5) {
-    test_sleep_ms(5);
-    hakmem_stats_get(&b);
-  }
-  size_t gone = peak > b.segments ? peak - b.segments : 0, calls = b.munmap_calls - a.munmap_calls;
-  NOTE("%zu segments at the peak, %zu unmapped with %zu munmap calls", peak, gone, calls);
-  CHECKF(b.segments <= keep, "%zu segments still mapped 500 ms after their threads freed everything",
-         b.segments - a.segments);
-  /* (sanitizer builds map without address hints: fewer segments adjoin, and
-   * trimming each new mapping into alignment costs munmaps of its own) */
-  if (!test_sanitized())
-    CHECKF(gone >= 8 && calls * 2 <= gone, "%zu segments unmapped with %zu munmap calls", gone, calls);
 }
 
 TEST_MAIN()
