@@ -49,7 +49,8 @@ _Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
-heap_t hm_heap_empty = { .current = { [0 ... CLASSES - 1] = &hm_page_empty } };
+heap_t hm_heap_empty = { .direct = { [0 ... SMALL_MAX / 16] = &hm_page_empty },
+                         .current = { [0 ... CLASSES - 1] = &hm_page_empty } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -68,10 +69,19 @@ static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
  * is counted or checked, and the fast path pays nothing. */
 static void spare_reuse(heap_t *h, page_t *pg);
 
+/* direct[] entries of each small class: small_first[c] .. small_first[c + 1] - 1 */
+static uint8_t small_first[CLASS_4K + 1];
+
+static void set_current(heap_t *h, size_t c, page_t *pg) {
+  h->current[c] = pg;
+  if (c < CLASS_4K)
+    for (size_t i = small_first[c]; i < small_first[c + 1]; i++) h->direct[i] = pg;
+}
+
 static void current_update(heap_t *h, size_t c) {
   if (h->queue[c].first && h->queue[c].first->spare) spare_reuse(h, h->queue[c].first);
   if (hm_slow_mode) return;
-  h->current[c] = h->queue[c].first ? h->queue[c].first : &hm_page_empty;
+  set_current(h, c, h->queue[c].first ? h->queue[c].first : &hm_page_empty);
 }
 
 static void queue_remove(heap_t *h, page_t *pg) {
@@ -579,6 +589,10 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
+  for (size_t c = 0, i = 0; c <= CLASS_4K; c++) {
+    while (i <= SMALL_MAX / 16 && hm_class_small[i] < c) i++;
+    small_first[c] = (uint8_t)i;
+  }
   /* The purger can take what the fast paths hold (thread caches, buffers of
    * remote frees) only with membarrier; HAKMEM_THREAD_CACHE_KB=0 never asks. */
   bool membarrier = os_membarrier_init();
@@ -622,7 +636,7 @@ heap_t *heap_get(void) {
   if (!(h = heap_struct_alloc())) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
   memset(h, 0, HEAP_RESET_SIZE);
-  for (size_t c = 0; c < CLASSES; c++) h->current[c] = &hm_page_empty;
+  for (size_t c = 0; c < CLASSES; c++) set_current(h, c, &hm_page_empty);
   h->rand = os_random() | 1;
   static _Atomic unsigned heaps_made;
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);

@@ -1,9 +1,10 @@
 /* hot.h — the fast paths of malloc and free, everything else is a call away.
  *
- * malloc(n):               class of n (a table lookup up to 256 KiB); above
- *                          3.5 KiB, pop the heap's thread cache of the class
- *                          if it has a block; else page = heap->current[class],
- *                          pop page->free.
+ * malloc(n):               up to 3.5 KiB, page = heap->direct[n / 16], pop
+ *                          page->free; above, class of n (a table lookup up
+ *                          to 256 KiB), pop the heap's thread cache of the
+ *                          class if it has a block, else page =
+ *                          heap->current[class], pop page->free.
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
  *                          map), page = segment->slice_page[slice of p]; if p
  *                          is a block start that does not look already freed,
@@ -85,12 +86,15 @@ HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
 }
 
 /* A block of n's class from h's thread cache or current page, or NULL with
- * *c the class for heap_malloc_slow (CLASS_LARGE above the classes). */
+ * *c the class for heap_malloc_slow (CLASS_LARGE above the classes); *c is
+ * set only then. */
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   if (likely(n <= SMALL_MAX)) {
-    *c = hm_class_small[(n + 15) >> 4];
-    page_t *pg = h->current[*c];
-    return likely(pg->free != 0) ? hm_page_pop(pg, true) : NULL;
+    size_t i = (n + 15) >> 4;
+    page_t *pg = h->direct[i];
+    if (likely(pg->free != 0)) return hm_page_pop(pg, true);
+    *c = hm_class_small[i];
+    return NULL;
   } else if (likely(n <= MEDIUM_MAX)) {
     *c = hm_class_big[(n + 511) >> 9];
     void *b = hm_tcache_pop(h, *c);

@@ -1,5 +1,5 @@
 /* Unit tests of hakmem's internals: size classes, pointer -> page lookup for
- * every class, slice carving and release, the segment map, huge blocks,
+ * every class, malloc's size -> page table, slice carving and release, the segment map, huge blocks,
  * aligned OS mappings. */
 #include "test.h"
 #include "internal.h"
@@ -79,6 +79,28 @@ TEST(page_lookup_every_class) {
     }
     for (int i = 0; i < 3; i++) hakmem_free(p[i]);
   }
+}
+
+/* malloc's fast path finds a small size's page in direct[], which must be
+ * current[] of its class, as the pages change. */
+TEST(direct_pages_follow_current) {
+  heap_t *h = hm_tls_heap;
+  void *keep[CLASS_4K][40];
+  for (int round = 0; round < 40; round++) {
+    for (size_t c = 0; c < CLASS_4K; c++) keep[c][round] = hakmem_malloc(class_size(c));
+    h = hm_tls_heap;
+    for (size_t i = 0; i <= SMALL_MAX / 16; i++) {
+      size_t c = size_class(i * 16);
+      CHECKF(h->direct[i] == h->current[c], "size %zu: direct page %p, current page of class %zu %p", i * 16,
+             (void *)h->direct[i], c, (void *)h->current[c]);
+      if (h->direct[i] != h->current[c]) return;
+    }
+  }
+  for (size_t c = 0; c < CLASS_4K; c++)
+    for (int round = 0; round < 40; round++) hakmem_free(keep[c][round]);
+  for (size_t i = 0; i <= SMALL_MAX / 16; i++)
+    CHECKF(h->direct[i] == h->current[size_class(i * 16)], "size %zu: direct page not current after the frees",
+           i * 16);
 }
 
 TEST(slices_carved_and_released) {
