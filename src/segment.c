@@ -63,8 +63,7 @@ static segq_t retired;                       /* (cache_lock) */
 static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
-static bool taken_back;                      /* (cache_lock) a retired one was reused since
-                                                retired ones were last due */
+static uint64_t taken_back_ms;               /* (cache_lock) when a retired one was last reused */
 /* Segments are mapped RESERVE_BATCH at a time (64 MiB), each batch with one
  * mmap: address space only, until a segment is used. */
 #define RESERVE_BATCH 16
@@ -232,7 +231,7 @@ static segment_t *segment_new(heap_t *h) {
      * cache holds after all (a burst of big blocks freed by other threads) */
     s = retired.first;
     segq_remove(&retired, s);
-    taken_back = true;
+    taken_back_ms = os_coarse_ms();
   } else {
     uint64_t now = os_now_ms();
     if (unmapped_ms && !remapped && too_early(unmapped_ms, now, purge_delay_floor(retired_delay_ms))) {
@@ -322,18 +321,17 @@ static void retire(segment_t *s, uint64_t now) {
 /* (cache_lock held) The retired segments whose delay has passed at now (the
  * oldest, at the tail; all of them if force), taken off the list: for
  * unmap_runs after the lock.  While threads take retired ones back, those
- * retired since stay, for them; when none was taken back since retired ones
- * were last due or all taken (malloc_trim: a flag left from before made the
- * next teardown go in two passes), the rest goes too, in the same runs (a teardown's segments,
- * retired a few at a time, then go with a few munmap calls instead of one
- * per pass: rss_free's exiting threads made 49 against 10).  An unmap not
+ * retired since stay, for them; when none was taken back for a whole delay,
+ * the rest goes too, in the same runs (a teardown's segments, retired a few
+ * at a time, then go with a few munmap calls instead of one per pass:
+ * rss_free's exiting threads made 49 against 10).  (Not "none since retired
+ * ones were last due": their deadlines can be milliseconds apart, and
+ * test_retired's loop, taking some back every 10 ms or so, once lost the
+ * whole list under ASan and two CPU hogs.)  An unmap not
  * followed by a fresh segment (segment_new) brings the delay back down. */
 static segment_t *take_retired(uint64_t now, bool force) {
   segment_t *list = NULL;
-  if (force || (retired.last && now >= retired.last->purge_ms)) {
-    force |= !taken_back;
-    taken_back = false;
-  }
+  if (retired.last && now >= retired.last->purge_ms && now >= taken_back_ms + retired_delay_ms) force = true;
   while (retired.last && (force || now >= retired.last->purge_ms)) {
     segment_t *s = retired.last;
     segq_remove(&retired, s);
