@@ -327,8 +327,8 @@ static void retire(segment_t *s, uint64_t now) {
  * rss_free's exiting threads made 49 against 10).  (Not "none since retired
  * ones were last due": their deadlines can be milliseconds apart, and
  * test_retired's loop, taking some back every 10 ms or so, once lost the
- * whole list under ASan and two CPU hogs.)  An unmap not
- * followed by a fresh segment (segment_new) brings the delay back down. */
+ * whole list under ASan and two CPU hogs.)  An unmap not followed by a
+ * fresh segment (segment_new) brings the delay back down. */
 static segment_t *take_retired(uint64_t now, bool force) {
   segment_t *list = NULL;
   if (retired.last && now >= retired.last->purge_ms && now >= taken_back_ms + retired_delay_ms) force = true;
