@@ -380,10 +380,79 @@ static void unmap_runs(segment_t *s) {
   }
 }
 
+/* The number of runs of adjacent segments in an ascending list. */
+static size_t count_runs(const segment_t *s) {
+  size_t runs = 0;
+  for (const uint8_t *end = NULL; s; end = (const uint8_t *)s + s->size, s = s->next)
+    if ((const uint8_t *)s != end) runs++;
+  return runs;
+}
+
+/* (cache_lock held) Retired segments about to be unmapped (list u) take the
+ * place in the cache of cached ones at higher addresses, when that unmaps
+ * them with fewer munmap calls; an ascending list for unmap_runs.  A
+ * teardown's segments empty in no order and the cache keeps the last few,
+ * which then split the retired ones' runs (rss_free's exiting threads: 9
+ * munmap calls where two would do).  Which ones the cache holds matters
+ * little: all are empty, and those taken in are purged now, as their turn
+ * to go has come.  (Caches of more than 64: left as they are.) */
+static segment_t *cache_keep_lowest(segment_t *u) {
+  struct { segment_t *s; segq_t *q; } c[64];
+  size_t n = 0;
+  if (!u || cache_count > sizeof c / sizeof c[0]) return u;
+  for (size_t k = 0; k < sizeof caches / sizeof caches[0]; k++)
+    for (segment_t *s = caches[k]->first; s; s = s->next) c[n].s = s, c[n++].q = caches[k];
+  if (!n) return u;
+  for (size_t i = 1; i < n; i++)                    /* ascending (n is small) */
+    for (size_t j = i; j > 0 && (uintptr_t)c[j - 1].s > (uintptr_t)c[j].s; j--) {
+      __typeof__(c[0]) x = c[j]; c[j] = c[j - 1]; c[j - 1] = x;
+    }
+  u = sort_by_address(u);
+  /* t: the n-th lowest address of both; the cache would keep those up to t */
+  const segment_t *a = u;
+  uintptr_t t = 0;
+  for (size_t i = 0, k = 0; k < n; k++) {
+    if (i < n && (!a || (uintptr_t)c[i].s < (uintptr_t)a)) t = (uintptr_t)c[i++].s;
+    else { t = (uintptr_t)a; a = a->next; }
+  }
+  /* the runs of the segments that would go: those of u above t, joined by
+   * the cached ones between them */
+  size_t runs = 0;
+  const uint8_t *end = NULL;
+  a = u;
+  for (size_t i = 0; i < n || a;) {
+    const segment_t *s;
+    if (i < n && (!a || (uintptr_t)c[i].s < (uintptr_t)a)) s = c[i++].s;
+    else { s = a; a = a->next; }
+    if ((uintptr_t)s <= t) continue;
+    if ((const uint8_t *)s != end) runs++;
+    end = (const uint8_t *)s + s->size;
+  }
+  if (runs >= count_runs(u)) return u;
+  segment_t *go = NULL, **at = &go;
+  for (segment_t *s = u, *next; s; s = next) {    /* u's lowest into the cache */
+    next = s->next;
+    if ((uintptr_t)s > t) { *at = s; at = &s->next; continue; }
+    segment_purge(s, ~0ull);
+    segq_push(&cache_cold, s);
+    cache_count++;
+  }
+  *at = NULL;
+  for (size_t i = 0; i < n; i++) {                /* the cache's highest out */
+    if ((uintptr_t)c[i].s <= t) continue;
+    segq_remove(c[i].q, c[i].s);
+    cache_count--;
+    c[i].s->next = go;
+    go = c[i].s;
+  }
+  return go;
+}
+
 /* (cache_lock held) Purge the cached segments whose delay has passed (all
  * of them if force); for the purger, hand over the retired ones once theirs
  * has (*unmap: for unmap_runs, after the lock).  The next deadline, or 0. */
 static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **unmap) {
+  if (force || purger || !purge_running()) *unmap = cache_keep_lowest(take_retired(now, force));
   for (segment_t *s; (s = cache.last) != NULL && (force || now >= s->purge_ms);) {
     segq_remove(&cache, s);
     if (s->dirty_slices) {
@@ -393,7 +462,6 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
     segq_push(&cache_cold, s);
   }
   uint64_t next = cache.last ? cache.last->purge_ms : 0;
-  if (force || purger || !purge_running()) *unmap = take_retired(now, force);
   if (retired.last && (!next || retired.last->purge_ms < next)) next = retired.last->purge_ms;
   atomic_store_explicit(&cache_due, next, memory_order_relaxed);
   return next;
