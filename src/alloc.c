@@ -129,7 +129,7 @@ void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
 HM_INLINE page_t *block_page(const void *p) {
   if (!segment_known(p)) return NULL;
   page_t *pg = page_of(segment_of(p), p);
-  return hm_block_start(pg, page_area(pg), (uintptr_t)p - (uintptr_t)pg->start) ? pg : NULL;
+  return hm_block_start(pg, (uintptr_t)p - (uintptr_t)pg->start) ? pg : NULL;
 }
 
 /* redis and sqlite3 call this on every malloc and free (their memory

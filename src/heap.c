@@ -396,10 +396,10 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
       secure_page_guard(s, pg->slice, slices);
       pg->start = blk;
       pg->block_size = bs;
+      page_set_magic(pg, true);
       page_set_area(pg, bs);
       pg->reserved = pg->capacity = 1;
       page_set_used(pg, 1);
-      pg->magic = UINT64_MAX / bs + 1;
       page_set_key(pg, h->rand += 0x9E3779B97F4A7C15ull);
       page_set_flags(pg, PAGE_FULL);
       atomic_store_explicit(&pg->thread_free, TF_NOTIFY, memory_order_relaxed);

@@ -117,8 +117,8 @@ HM_INLINE void *hm_malloc_fast(size_t n) {
 
 /* May b, at offset off of its page, be freed here: is it a block start, and
  * does it not look free already (block_looks_free)? */
-HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t area, uintptr_t off) {
-  return hm_block_start(pg, area, off) && !block_looks_free(pg, b);
+HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t off) {
+  return hm_block_start(pg, off) && !block_looks_free(pg, b);
 }
 
 /* Another heap's block b (owner: to): into h's buffer for to, without
@@ -171,22 +171,22 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
     page_t *pg = page_of(segment_of(p), p);
     block_t *b = (block_t *)p;
-    uintptr_t area = page_area(pg), off = (uintptr_t)p - (uintptr_t)pg->start;
+    uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
     heap_t *owner, *h = hm_tls_heap;
     uintptr_t local = atomic_load_explicit(&pg->local, memory_order_relaxed);
     if (likely(local == (uintptr_t)h)) {             /* ours, and neither parked nor slow */
-      if (likely(hm_freeable(pg, b, area, off))) {
+      if (likely(hm_freeable(pg, b, off))) {
         hm_page_push(h, pg, b);
         return;
       }
     } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
-      if (likely(hm_freeable(pg, b, area, off))) {
+      if (likely(hm_freeable(pg, b, off))) {
         if (to_cache) hm_tcache_push(h, pg, b);
         else hm_page_push(h, pg, b);
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&
-               !hm_slow_mode && hm_block_start(pg, area, off)) {
+               !hm_slow_mode && hm_block_start(pg, off)) {
       hm_free_remote(h, pg, b, owner);
       return;
     }

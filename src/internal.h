@@ -155,8 +155,9 @@ struct segment_s;
 typedef struct page_s {
   /* set when the page is made (area grows as it is carved): read by every free */
   uint8_t *start;                /* first block */
-  _Atomic size_t area;           /* bytes carved into blocks */
-  uint64_t magic;                /* ceil(2^64 / block_size): divisibility test */
+  _Atomic uint64_t limit;        /* blocks carved times e (page_set_area): free's test */
+  uint64_t magic;                /* floor(2^64 / block_size) + 1, or 1 for a page of one
+                                    block (page_set_magic) */
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0, and
@@ -185,6 +186,8 @@ typedef struct page_s {
   struct page_s *next, *prev;    /* in a heap queue */
   /* other threads' */
   _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: count | block list | TF_* state */
+  _Atomic size_t area;           /* bytes carved into blocks (slow paths: a line free does
+                                    not read) */
 } page_t;
 _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 
@@ -207,15 +210,30 @@ static inline void page_set_used(page_t *pg, uint32_t n) { atomic_store_explicit
 
 /* area is read by threads freeing into the page while its owner carves more. */
 static inline size_t page_area(const page_t *pg) { return atomic_load_explicit(&pg->area, memory_order_relaxed); }
-static inline void page_set_area(page_t *pg, size_t a) { atomic_store_explicit(&pg->area, a, memory_order_relaxed); }
+/* Free's test that an offset is a block start (hm_block_start) is one
+ * multiply: with magic c = floor(2^64 / d) + 1 for blocks of d bytes, c * d =
+ * 2^64 + e (1 <= e <= d), so off * c (mod 2^64) is q * e for off = q * d, and
+ * at least c, far above any limit, for any other offset within 2^32 of the
+ * start, before it or after (c > 2^46 for d <= 256 KiB).  So off * c <
+ * carved blocks * e tests both that off is a block start and that the block
+ * was carved.  A page of one block (large, huge) has magic 1 and limit 1:
+ * the start only.  Set the magic and block size first. */
+static inline void page_set_magic(page_t *pg, bool one_block) {
+  size_t d = pg->block_size;
+  pg->magic = one_block ? 1 : UINT64_MAX / d + 1 + ((d & (d - 1)) == 0);
+}
+static inline void page_set_area(page_t *pg, size_t a) {
+  atomic_store_explicit(&pg->area, a, memory_order_relaxed);
+  uint64_t limit = !a ? 0 : pg->magic == 1 ? 1 : (a / pg->block_size) * (pg->magic * pg->block_size);
+  atomic_store_explicit(&pg->limit, limit, memory_order_relaxed);
+}
 static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
 static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
 static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key = k | (1ull << 63); }
 
-/* Is offset off of pg's area a block start?  (The multiply by magic,
- * ceil(2^64 / block size), tests divisibility without a division.) */
-static inline bool hm_block_start(const page_t *pg, uintptr_t area, uintptr_t off) {
-  return off < area && off * pg->magic < pg->magic;
+/* Is p, at offset off from pg's start, a carved block's start (page_set_area)? */
+static inline bool hm_block_start(const page_t *pg, uintptr_t off) {
+  return off * pg->magic < atomic_load_explicit(&pg->limit, memory_order_relaxed);
 }
 /* Does block b (of pg, not known to be live) look free: is its first word
  * the page's key?  The key is random with its top bit set, so a live block

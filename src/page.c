@@ -23,12 +23,12 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
     secure_page_init(pg);
   }
   pg->capacity = 0;
+  page_set_magic(pg, false);
   page_set_area(pg, 0);
   pg->free = 0;
   page_set_used(pg, 0);
   page_set_flags(pg, hm_page_flags);
   pg->cls = cls;
-  pg->magic = UINT64_MAX / block_size + 1;
   h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
   page_set_key(pg, h->rand);             /* (high bit set: decode(0) is never a user address) */
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
@@ -95,7 +95,7 @@ void page_collect(page_t *pg) {
 
 /* A link read from a free list must lead to a block start of the page. */
 static void check_link(page_t *pg, uintptr_t q) {
-  if (!hm_block_start(pg, page_area(pg), q - (uintptr_t)pg->start))
+  if (!hm_block_start(pg, q - (uintptr_t)pg->start))
     hm_fatal("corrupted free list (a write to a freed block?)", (void *)q, pg);
 }
 

@@ -106,7 +106,7 @@ void secure_carve(page_t *pg, uint8_t *first, size_t n) {
 void *secure_pop(page_t *pg) {
   uint8_t *b = (uint8_t *)pg->free;
   uintptr_t next = block_next(pg, (uintptr_t)b);
-  if (!block_looks_free(pg, b) || (next && !hm_block_start(pg, page_area(pg), next - (uintptr_t)pg->start)))
+  if (!block_looks_free(pg, b) || (next && !hm_block_start(pg, next - (uintptr_t)pg->start)))
     hm_fatal("corrupted free list (a write to a freed block?)", b, pg);
   check_fill(pg, b, 2 * sizeof(block_t));
   uint64_t bit;

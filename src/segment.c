@@ -716,8 +716,8 @@ bool segment_large_resize(page_t *pg, size_t slices) {
   }
   pg->slices = (uint8_t)slices;
   pg->block_size = (size_t)((uint8_t *)s + (i + slices) * SLICE_SIZE - pg->start);
+  page_set_magic(pg, true);
   page_set_area(pg, pg->block_size);
-  pg->magic = UINT64_MAX / pg->block_size + 1;
   return true;
 }
 
@@ -894,10 +894,10 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   pg->is_zero = zero;
   pg->start = (uint8_t *)s + off;
   pg->block_size = usable;
+  page_set_magic(pg, true);
   page_set_area(pg, usable);
   pg->reserved = pg->capacity = 1;
   page_set_used(pg, 1);
-  pg->magic = UINT64_MAX / usable + 1;
   for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
   stat_inc(STAT_HUGE);
   segmap_set(s, SEGMAP_HUGE);
@@ -980,8 +980,8 @@ void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   s->size = total;
   pg->start = (uint8_t *)s + off;
   pg->block_size = usable;
+  page_set_magic(pg, true);
   page_set_area(pg, usable);
-  pg->magic = UINT64_MAX / usable + 1;
   return pg->start;
 }
 

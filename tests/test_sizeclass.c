@@ -1,5 +1,5 @@
 /* Unit tests of hakmem's internals: size classes, pointer -> page lookup for
- * every class, malloc's size -> page table, slice carving and release, the segment map, huge blocks,
+ * every class, free's block-start test, malloc's size -> page table, slice carving and release, the segment map, huge blocks,
  * aligned OS mappings. */
 #include "test.h"
 #include "internal.h"
@@ -83,6 +83,47 @@ TEST(page_lookup_every_class) {
 
 /* malloc's fast path finds a small size's page in direct[], which must be
  * current[] of its class, as the pages change. */
+/* Free's block-start test (hm_block_start: one multiply and one compare)
+ * against the arithmetic it stands for: for every class, every offset from
+ * two blocks before the page's start to two after its carved blocks, at
+ * whole and partial carvings, then offsets across the segment either side;
+ * and a page of one block, whose start alone passes. */
+static bool is_start(page_t *pg, intptr_t off, size_t carved) {
+  return off >= 0 && (size_t)off % pg->block_size == 0 && (size_t)off / pg->block_size < carved;
+}
+TEST(block_start_test_is_exact) {
+  page_t pg;
+  memset(&pg, 0, sizeof pg);
+  size_t bad = 0;
+  for (size_t c = 0; c < CLASSES && !bad; c++) {
+    size_t d = class_size(c), cap = (4 * SLICE_SIZE) / d, carve[] = { 0, 1, cap / 2, cap };
+    pg.block_size = d;
+    page_set_magic(&pg, false);
+    for (size_t k = 0; k < sizeof carve / sizeof carve[0] && !bad; k++) {
+      page_set_area(&pg, carve[k] * d);
+      for (intptr_t off = -(intptr_t)(2 * d); off < (intptr_t)((cap + 2) * d) && !bad; off++)
+        if (hm_block_start(&pg, (uintptr_t)off) != is_start(&pg, off, carve[k])) {
+          CHECKF(0, "class %zu (%zu B), %zu carved: offset %td judged wrong", c, d, carve[k], off);
+          bad++;
+        }
+      for (intptr_t off = -(intptr_t)SEG_SIZE; off <= (intptr_t)SEG_SIZE && !bad; off += 7)
+        if (hm_block_start(&pg, (uintptr_t)off) != is_start(&pg, off, carve[k])) {
+          CHECKF(0, "class %zu (%zu B), %zu carved: offset %td judged wrong", c, d, carve[k], off);
+          bad++;
+        }
+    }
+  }
+  size_t sizes[] = { MEDIUM_MAX + 16, LARGE_MAX, (size_t)5 << 30 };   /* large, huge (above 4 GiB) */
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    pg.block_size = sizes[k];
+    page_set_magic(&pg, true);
+    page_set_area(&pg, sizes[k]);
+    CHECK(hm_block_start(&pg, 0));
+    for (uintptr_t off = 1; off < ((uintptr_t)1 << 40); off = off * 3 + 1) CHECK(!hm_block_start(&pg, off));
+    CHECK(!hm_block_start(&pg, (uintptr_t)-1) && !hm_block_start(&pg, sizes[k]));
+  }
+}
+
 TEST(direct_pages_follow_current) {
   heap_t *h = hm_tls_heap;
   void *keep[CLASS_4K][40];
