@@ -49,7 +49,7 @@ _Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
-heap_t hm_heap_empty = { .direct = { [0 ... SMALL_MAX / 16] = &hm_page_empty },
+heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list },
                          .current = { [0 ... CLASSES - 1] = &hm_page_empty } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
@@ -70,12 +70,26 @@ static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
 static void spare_reuse(heap_t *h, page_t *pg);
 
 /* direct[] entries of each small class: small_first[c] .. small_first[c + 1] - 1 */
-static uint8_t small_first[CLASS_4K + 1];
+static uint16_t small_first[CLASSES + 1];
 
+static void set_direct(heap_t *h, size_t c, list_t *l) {
+  for (size_t i = small_first[c]; i < small_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
+}
 static void set_current(heap_t *h, size_t c, page_t *pg) {
   h->current[c] = pg;
-  if (c < CLASS_4K)
-    for (size_t i = small_first[c]; i < small_first[c + 1]; i++) h->direct[i] = pg;
+  if (c < CLASS_4K || !tcache_fast(c)) set_direct(h, c, &pg->list);
+}
+
+/* (purger, locked: tcache_take) Point malloc's entries and free's pushes of
+ * the classes with a thread cache at their pages (!to_caches) and back. */
+void heap_route_caches(heap_t *h, bool to_caches) {
+  for (size_t c = TC_MIN; c < CLASSES; c++) {
+    if (!tcache_fast(c)) continue;
+    set_direct(h, c, to_caches ? &h->tc[c - TC_MIN].l : &hm_page_empty.list);
+    for (page_t *pg = h->queue[c].first; pg; pg = pg->next)
+      if (to_caches) page_set_local(pg);
+      else page_set_push(pg, &pg->list);
+  }
 }
 
 static void current_update(heap_t *h, size_t c) {
@@ -357,20 +371,21 @@ static page_t *find_page(heap_t *h, size_t c) {
 }
 
 static void *heap_malloc_class(heap_t *h, size_t c) {
+  bool cached = class_cached(c) && hm_tcache_on;
+  if (cached) {               /* (stats mode: the fast path, which would pop, keeps out) */
+    void *b = tcache_pop(h, c);
+    if (unlikely(hm_slow_mode)) stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
+    if (b) return b;
+  }
   if (unlikely(hm_slow_mode)) {
-    if (class_cached(c) && hm_tcache_on) {   /* (the fast path, which would pop, keeps out) */
-      void *b = tc_pop(h, &h->tc[c - TC_MIN]);
-      if (b) h->tc_popped[c] = 1;
-      stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
-      if (b) return b;
-    }
     page_t *cur = h->queue[c].first;
     stat_os(cur && cur->free ? STAT_HITS : STAT_REFILLS);
   }
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
   page_t *pg = find_page(h, c);
   if (!pg) return enomem();
-  return unlikely(hm_secure) ? secure_pop(pg) : hm_page_pop(pg, false);
+  if (unlikely(hm_secure)) return secure_pop(pg);
+  return cached && tcache_fast(c) ? tcache_refill(h, pg) : hm_page_pop(pg, false);
 }
 
 /* Blocks above the largest class: a run of slices in one of the heap's
@@ -415,7 +430,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
 
 #define HEAP_TICKS 64
 
-/* Every HEAP_TICKS slow-path events, and every 256th thread cache push: the
+/* Every HEAP_TICKS slow-path events (a malloc's, a full thread cache's): the
  * decays that page frees drive (segment_after_free), for a program that
  * frees no page for a while, its blocks waiting in thread caches.  The
  * deadlines are tested on the coarse clock (never ahead of the precise one),
@@ -589,9 +604,9 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
-  for (size_t c = 0, i = 0; c <= CLASS_4K; c++) {
-    while (i <= SMALL_MAX / 16 && hm_class_small[i] < c) i++;
-    small_first[c] = (uint8_t)i;
+  for (size_t c = 0, i = 0; c <= CLASSES; c++) {
+    while (i < DIRECT_N && class_of(direct_size(i)) < c) i++;
+    small_first[c] = (uint16_t)i;
   }
   /* The purger can take what the fast paths hold (thread caches, buffers of
    * remote frees) only with membarrier; HAKMEM_THREAD_CACHE_KB=0 never asks. */
@@ -641,6 +656,9 @@ heap_t *heap_get(void) {
   static _Atomic unsigned heaps_made;
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);
   tcache_init(h);
+  for (size_t c = TC_MIN; c < CLASSES; c++)       /* (a recycled struct has them) */
+    if (tcache_fast(c) && atomic_load_explicit(&h->direct[small_first[c]], memory_order_relaxed) != &h->tc[c - TC_MIN].l)
+      set_direct(h, c, &h->tc[c - TC_MIN].l);
   h->ticks = HEAP_TICKS;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->live = true;

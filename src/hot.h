@@ -1,21 +1,26 @@
 /* hot.h — the fast paths of malloc and free, everything else is a call away.
  *
- * malloc(n):               up to 3.5 KiB, page = heap->direct[n / 16], pop
- *                          page->free; above, class of n (a table lookup up
- *                          to 256 KiB), pop the heap's thread cache of the
- *                          class if it has a block, else page =
- *                          heap->current[class], pop page->free.
+ * A thread's heap keeps, for every class up to 256 KiB, one list malloc pops:
+ * up to 3.5 KiB the class's current page, from 4 KiB the heap's thread cache
+ * of the class (tcache.c), laid out as a page's pop line so that both pop
+ * alike: no branch on the kind of class (a random mix of small and big sizes
+ * mispredicted it, docs/performance.md).
+ *
+ * malloc(n):               list = heap->direct[n / 16] (up to 32 KiB; by
+ *                          512 bytes above), pop list->free.
  * free(p):                 segment = p & ~SEG_MASK (checked against the segment
  *                          map), page = segment->slice_page[slice of p]; if p
- *                          is a block start that does not look already freed,
- *                          and page->local says this thread owns the page:
- *                          push it on page->free, or, for classes from 4 KiB
- *                          (local = owner + 1), on the thread cache of its
- *                          class if that has room; if
+ *                          is a carved block's start that does not look
+ *                          already freed, and page->local says this thread
+ *                          owns the page: push it on segment->slice_push[slice
+ *                          of p], the page itself or the thread cache of its
+ *                          class; if
  *                          another thread owns the page, append it to this
  *                          thread's buffer of that heap's blocks (remote.c).
+ * Both keep the list's count: a page's blocks in use, a cache's room; a push
+ * that takes it to 0 (an emptied page, a full cache) calls out.
  * No locks, no atomic read-modify-write, no per-block header.
- * Anything unusual (first use by a thread, empty page, bigger sizes, another
+ * Anything unusual (first use by a thread, empty list, bigger sizes, another
  * thread's block, a page parked as full, a suspicious pointer) goes to the
  * slow paths in heap.c and alloc.c. */
 #ifndef HAKMEM_HOT_H
@@ -38,11 +43,12 @@ HM_INLINE void *hm_page_pop(page_t *pg, bool prefetch) {
   return b;
 }
 
-/* The thread cache (tcache.c).  The owner marks itself busy for the few
- * instructions of a push or pop; the purger, to empty the cache, sets tc_stop
- * and then sees the owner busy or is sure the owner sees tc_stop.  The
- * signal fence keeps the compiler from moving the store below the load; the
- * purger's membarrier() stands in for the processor fence. */
+/* The buffers of remote frees (remote.c, hm_free_remote).  The owner marks
+ * itself busy for the few instructions of an append; the purger, to take the
+ * buffers of a quiet thread, sets tc_stop and then sees the owner busy or is
+ * sure the owner sees tc_stop.  The signal fence keeps the compiler from
+ * moving the store below the load; the purger's membarrier() stands in for
+ * the processor fence. */
 HM_INLINE bool tc_enter(heap_t *h) {
   atomic_store_explicit(&h->tc_busy, 1, memory_order_relaxed);
   atomic_signal_fence(memory_order_seq_cst);
@@ -50,61 +56,56 @@ HM_INLINE bool tc_enter(heap_t *h) {
 }
 HM_INLINE void tc_leave(heap_t *h) { atomic_store_explicit(&h->tc_busy, 0, memory_order_release); }
 
-HM_INLINE uintptr_t tc_get(_Atomic uintptr_t *t) { return atomic_load_explicit(t, memory_order_relaxed); }
-HM_INLINE void tc_set(_Atomic uintptr_t *t, uintptr_t w) { atomic_store_explicit(t, w, memory_order_relaxed); }
+/* A list's head (a page's free, a cache's word), which the purger may read
+ * (tcache_take) while the owner pops or pushes: relaxed loads, release stores
+ * (the block's link is written first). */
+HM_INLINE uintptr_t list_head(list_t *l) { return atomic_load_explicit((_Atomic uintptr_t *)&l->free, memory_order_relaxed); }
+HM_INLINE void list_set_head(list_t *l, uintptr_t b) { atomic_store_explicit((_Atomic uintptr_t *)&l->free, b, memory_order_release); }
 
-/* Pop and push on cache t of h: between tc_enter and tc_leave, or under the
- * heap lock (stats mode, where the fast paths stay out).  A popped block's
- * first word is cleared (else it would still look free to free()), its second
- * keeps the encoded link, as glibc's tcache leaves its mangled one: clearing
- * it too cost 14 % on fixed-4k (docs/performance.md). */
-HM_INLINE block_t *tc_pop(heap_t *h, _Atomic uintptr_t *t) {
-  block_t *b = (block_t *)(tc_get(t) & ~TC_ROOM);
-  if (b) {
-    tc_set(t, b[1].word ^ h->tc_key);
-    b[0].word = 0;
+/* The owner h frees b, a block of pg not looking free, onto list o (pg, or
+ * the thread cache of its class): the mark is the page's key, the link is
+ * encoded with the list's.  The count reaching 0 is an emptied page or a
+ * full cache (a tail call: free's fast path then saves no registers). */
+void tcache_full(heap_t *h, page_t *pg);
+HM_INLINE void hm_owner_push(heap_t *h, list_t *o, page_t *pg, block_t *b) {
+  block_mark_free(pg, b);                    /* a second free is caught */
+  b[1].word = list_head(o) ^ o->key;
+  list_set_head(o, (uintptr_t)b);
+  /* release: once the purger reads the new count, these stores are done */
+  uint32_t n = atomic_load_explicit(&o->used, memory_order_relaxed) - 1;
+  atomic_store_explicit(&o->used, n, memory_order_release);
+  if (unlikely(n == 0)) {
+    if (o == &pg->list) heap_page_retire(h, pg);
+    else tcache_full(h, pg);
   }
-  return b;
 }
-/* b: a block of pg, owned by h and not looking free; false if t is full. */
-HM_INLINE bool tc_push(heap_t *h, _Atomic uintptr_t *t, page_t *pg, block_t *b) {
-  uintptr_t w = tc_get(t);
-  if (!(w & TC_ROOM)) return false;
-  block_mark_free(pg, b);              /* a second free is caught */
-  b[1].word = w ^ h->tc_key;
-  tc_set(t, (uintptr_t)b + (w & TC_ROOM) - 1);
-  return true;
-}
+HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) { hm_owner_push(h, &pg->list, pg, b); }
 
-/* A block of class c (one with a cache) from h's cache, or NULL.  The cache
- * is in use: the decay leaves it (tcache.c). */
-HM_INLINE void *hm_tcache_pop(heap_t *h, size_t c) {
-  block_t *b = NULL;
-  if (likely(tc_enter(h)) && (b = tc_pop(h, &h->tc[c - TC_MIN])) != NULL) h->tc_popped[c] = 1;
-  tc_leave(h);
-  return b;
-}
-
-/* A block of n's class from h's thread cache or current page, or NULL with
- * *c the class for heap_malloc_slow (CLASS_LARGE above the classes); *c is
- * set only then. */
+/* A block of n's class from h's list for it, or NULL with *c the class for
+ * heap_malloc_slow (CLASS_LARGE above the classes); *c is set only then.
+ * The list's entry is read with acquire: the purger, having cut a cache,
+ * puts its entry back (tcache_take).  No prefetch of the next block: pages
+ * gain little by it and a thread cache's next block is hot, and fetching it
+ * cost fixed-4k (25 blocks in one L1 set) 9 %. */
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
-  if (likely(n <= SMALL_MAX)) {
-    size_t i = (n + 15) >> 4;
-    page_t *pg = h->direct[i];
-    if (likely(pg->free != 0)) return hm_page_pop(pg, true);
-    *c = hm_class_small[i];
-    return NULL;
+  size_t i;
+  if (likely(n <= DIRECT_16_MAX)) {
+    i = (n + 15) >> 4;
   } else if (likely(n <= MEDIUM_MAX)) {
-    *c = hm_class_big[(n + 511) >> 9];
-    void *b = hm_tcache_pop(h, *c);
-    if (b) return b;
+    i = DIRECT_BIG(n);
   } else {
     *c = CLASS_LARGE;
     return NULL;
   }
-  page_t *pg = h->current[*c];
-  if (likely(pg->free != 0)) return hm_page_pop(pg, false);
+  list_t *l = atomic_load_explicit(&h->direct[i], memory_order_acquire);
+  block_t *b = (block_t *)list_head(l);
+  if (likely(b != NULL)) {
+    list_set_head(l, b[1].word ^ l->key);
+    b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
+    atomic_store_explicit(&l->used, atomic_load_explicit(&l->used, memory_order_relaxed) + 1, memory_order_relaxed);
+    return b;
+  }
+  *c = class_of(n);
   return NULL;
 }
 
@@ -138,51 +139,21 @@ HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   remote_free(h, pg, b, to);
 }
 
-/* The owner h frees b (not looking free) onto its page. */
-HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) {
-  block_set_free(pg, b, pg->free);
-  pg->free = (uintptr_t)b;
-  /* release: once the purger reads the new count, these stores are done */
-  uint32_t used = page_used(pg) - 1;
-  atomic_store_explicit(&pg->used, used, memory_order_release);
-  if (unlikely(used == 0)) heap_page_retire(h, pg);
-}
-
-/* Cache b, a block of pg (a class with a cache), owned by h and not looking
- * free; a full cache is tcache_full's (a tail call: free's fast path then
- * saves no registers).  Every 256th push ticks (tcache.c). */
-HM_INLINE void hm_tcache_push(heap_t *h, page_t *pg, block_t *b) {
-  if (likely(tc_enter(h))) {
-    bool done = tc_push(h, &h->tc[pg->cls - TC_MIN], pg, b);
-    tc_leave(h);
-    if (likely(done)) {
-      if (unlikely(++h->tc_pushes == 0)) tcache_tick(h);
-      return;
-    }
-    tcache_full(h, pg, b);
-    return;
-  }
-  tc_leave(h);
-  hm_page_push(h, pg, b);
-}
-
-/* to_cache: a block of a class with a thread cache may go there. */
+/* to_cache: a block of a class with a thread cache may go there (else to
+ * its page). */
 HM_INLINE void hm_free_block(void *p, bool to_cache) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
-    page_t *pg = page_of(segment_of(p), p);
+    segment_t *s = segment_of(p);
+    size_t k = ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT;
+    page_t *pg = s->slice_page[k];
     block_t *b = (block_t *)p;
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
     heap_t *owner, *h = hm_tls_heap;
     uintptr_t local = atomic_load_explicit(&pg->local, memory_order_relaxed);
+    list_t *o = to_cache ? slice_push_of(s, k) : &pg->list;
     if (likely(local == (uintptr_t)h)) {             /* ours, and neither parked nor slow */
       if (likely(hm_freeable(pg, b, off))) {
-        hm_page_push(h, pg, b);
-        return;
-      }
-    } else if (local == (uintptr_t)h + 1) {          /* the same, of a class with a thread cache */
-      if (likely(hm_freeable(pg, b, off))) {
-        if (to_cache) hm_tcache_push(h, pg, b);
-        else hm_page_push(h, pg, b);
+        hm_owner_push(h, o, pg, b);
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&

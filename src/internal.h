@@ -108,18 +108,16 @@ static inline size_t class_size(size_t c) {
   return ((size_t)1 << b) + (k + 1) * ((size_t)1 << (b - 2));
 }
 
-/* A thread cache (tcache.c): freed blocks of one class from 4 KiB up, last
- * freed first, in one word: the first block's address and, in the low bits
- * (blocks of these classes are multiples of 512 bytes from a 64 KiB boundary),
- * how many more blocks it may take.  A cached block's first word is its
- * page's key (it looks free), its second the cache's word as
- * it was before the block came, encoded with the heap's tc_key.  The fast
- * paths test only that room. */
+/* A thread cache (tcache.c, tcl_t below): freed blocks of one class from 4
+ * KiB up, last freed first, linked as a page's free list is.  A cached
+ * block's first word is its page's key (it looks free), its second the next
+ * block, encoded with the heap's tc_key. */
 #define TC_MIN      CLASS_4K
 #define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
-#define TC_ROOM     ((uintptr_t)511)
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
 #define CLASS_OVER_32K (TC_MIN + 14)             /* the first class above 32 KiB */
+extern bool hm_tc_fast[CLASSES];                 /* class c's cache is malloc's and free's list */
+static inline bool tcache_fast(size_t c) { return hm_tc_fast[c]; }
 extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, membarrier works, not hardened */
 
 /* ---- blocks and pages ---------------------------------------------------- */
@@ -152,6 +150,16 @@ struct segment_s;
 /* Three cache lines, by who writes them: free() on any thread reads the
  * first, the owner's malloc and free write the second, other threads' frees
  * the third, so neither kind of traffic drags the other's line along. */
+/* A free list as malloc's fast path pops it and free's pushes it (hot.h):
+ * a page's, or a thread cache's (tcl_t below).  used: a page's blocks in use,
+ * a cache's room left; a push that takes it to 0 empties the page or fills
+ * the cache. */
+typedef struct list_s {
+  uintptr_t free;                /* encoded head */
+  uintptr_t key;                 /* the links' encoding key */
+  _Atomic uint32_t used;
+} list_t;
+
 typedef struct page_s {
   /* set when the page is made (area grows as it is carved): read by every free */
   uint8_t *start;                /* first block */
@@ -160,19 +168,23 @@ typedef struct page_s {
                                     block (page_set_magic) */
   uintptr_t key;                 /* free-list encoding key (high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
-  _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0, and
-                                    + 1 if the class has a thread cache: the one test free's
-                                    fast path makes (page_set_local; any thread reads it, hence
-                                    atomic, relaxed: a plain load) */
+  _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0: the
+                                    one test free's fast path makes (page_set_local; any
+                                    thread reads it, hence atomic, relaxed: a plain load) */
   size_t block_size;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   _Atomic uint8_t rb_slot;       /* the owner's rb_slot, set with heap (any thread reads it) */
   /* the owner's */
-  _Alignas(64) uintptr_t free;   /* encoded head of the free list */
-  uintptr_t pop_key;             /* = key, here so that malloc reads only this line */
-  _Atomic uint32_t used;         /* blocks handed out (including remote-freed, uncollected,
+  _Alignas(64) union {
+    list_t list;                 /* the fast paths' view (hot.h) */
+    struct {
+      uintptr_t free;            /* encoded head of the free list */
+      uintptr_t pop_key;         /* = key, here so that malloc reads only this line */
+      _Atomic uint32_t used;     /* blocks handed out (including remote-freed, uncollected,
                                     and those in the owner's thread cache); written by the
                                     owner, read by the purger (page_used) */
+    };
+  };
   uint32_t capacity;             /* blocks carved so far */
   uint32_t reserved;             /* blocks that fit */
   uint8_t flags;
@@ -192,11 +204,7 @@ typedef struct page_s {
 _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 
 /* A page's owner and flags are set together with local. */
-static inline void page_set_local(page_t *pg) {
-  uintptr_t h = (uintptr_t)atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  uintptr_t cached = hm_tcache_on && class_cached(pg->cls);
-  atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : h + cached, memory_order_relaxed);
-}
+static inline void page_set_local(page_t *pg);
 static inline void page_set_flags(page_t *pg, uint8_t f) {
   pg->flags = f;
   page_set_local(pg);
@@ -258,6 +266,12 @@ typedef struct segment_s {
    * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
    * and free's lookup here lost it to them: fixed-4k 7 % slower) */
   _Alignas(64) page_t *slice_page[SLICES]; /* slice -> page descriptor (NULL when free) */
+  list_t *_Atomic slice_push[SLICES]; /* slice of a class page -> where its owner's free
+                                    pushes (page_set_local): the page, or the owner's
+                                    thread cache of the class.  Beside slice_page, so that
+                                    free knows the push's address as early as the page's
+                                    (from the page descriptor, a second load: larson 9 %
+                                    slower, the cold descriptor's two lines in turn) */
   uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
   uint64_t dirty_slices;         /* free slices that may still be resident */
   uint64_t aged_slices;          /* dirty slices already free at the last purge check */
@@ -337,15 +351,32 @@ typedef struct rbuf_s {
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
+/* A thread cache, laid out as a page's pop line, so that malloc and free
+ * pop and push either alike (hot.h): its head where a page's free is, its
+ * key, and where a page counts the blocks in use, the room left: a push that
+ * fills the cache takes it to 0 as one that empties a page does. */
+typedef struct {
+  list_t l;                      /* head, the heap's tc_key, room */
+  _Atomic uint32_t taken;        /* (locked; the census reads it) blocks the purger took, not
+                                    yet given back as room */
+  uint32_t room_seen;            /* room at the last decay */
+} tcl_t;
+/* direct[]: (n + 15) / 16 up to 32 KiB, then one entry per 512 bytes up to
+ * MEDIUM_MAX (the classes from 4 KiB are 512-byte multiples). */
+#define DIRECT_16_MAX ((size_t)32 << 10)
+#define DIRECT_BIG(n) ((((n) + 511) >> 9) + DIRECT_16_MAX / 16 + 1 - DIRECT_16_MAX / 512 - 1)
+#define DIRECT_N      (DIRECT_BIG(MEDIUM_MAX) + 1)
+static inline size_t direct_size(size_t i) { return i <= DIRECT_16_MAX / 16 ? i * 16 : (i - DIRECT_BIG(0)) * 512; }
+
 typedef struct heap_s {
   page_t *current[CLASSES];      /* class -> page malloc's fast path allocates from */
-  _Atomic uint8_t tc_busy;       /* the owner is in a thread cache push or pop */
-  _Atomic uint8_t tc_stop;       /* the purger is emptying the thread caches: keep out */
+  _Atomic uint8_t tc_busy;       /* the owner is appending to a buffer of remote frees */
+  _Atomic uint8_t tc_stop;       /* the purger is taking the buffers: keep out */
   uintptr_t tc_key;
   _Atomic(rbuf_t *) out[RB_SLOTS]; /* blocks of other heaps this thread freed (atomic: the
                                     purger may take them, as the thread caches; relaxed) */
-  _Atomic uintptr_t tc[TC_CLASSES]; /* thread caches of classes TC_MIN.. (atomic: the
-                                    purger may take them; relaxed, plain loads and stores) */
+  tcl_t tc[TC_CLASSES];          /* thread caches of classes TC_MIN.. (the purger may cut
+                                    them, tcache_take) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
@@ -369,8 +400,6 @@ typedef struct heap_s {
   uint8_t tc_popped[CLASSES];    /* caches popped since the last decay, by class (one store) */
   uint64_t tc_decay_ms;          /* when the decay next drains the unpopped caches */
   uint32_t ticks;                /* slow-path events left before heap_tick */
-  uint8_t tc_pushes;             /* thread cache pushes, mod 256: each wrap is a tick (not
-                                    beside tc_busy: fixed-4k ran 10 % slower with it there) */
   uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
@@ -379,14 +408,13 @@ typedef struct heap_s {
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
   _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
+  list_t *_Atomic direct[DIRECT_N]; /* DIRECT_BIG's index of a size -> the list malloc pops:
+                                    current[class] for the small classes (set_current keeps
+                                    it), the thread cache from 4 KiB.  Kept when the struct
+                                    is recycled: the cache entries stay the same (16 KiB) */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
-  page_t *direct[SMALL_MAX / 16 + 1]; /* (n + 15) / 16 -> current[class of n], for the small
-                                    classes: malloc's fast path loads the page at once,
-                                    not the class first (set_current keeps it).  Here, not
-                                    first: there it moved the fields above and fixed-4k
-                                    ran 13 % slower */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
@@ -400,6 +428,24 @@ typedef struct heap_s {
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */
 _Static_assert(CLASSES <= 64, "freed_classes has a bit per class");
+
+static inline void page_set_push(page_t *pg, list_t *to) {
+  segment_t *s = segment_of(pg);
+  if (pg->cls < CLASSES)
+    for (size_t k = 0; k < pg->slices; k++) atomic_store_explicit(&s->slice_push[pg->slice + k], to, memory_order_release);
+}
+static inline void page_set_local(page_t *pg) {
+  heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  if (pg->cls < CLASSES && tcache_fast(pg->cls))      /* (other pages push onto themselves) */
+    page_set_push(pg, h && !pg->flags ? &h->tc[pg->cls - TC_MIN].l : &pg->list);
+  atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : (uintptr_t)h, memory_order_relaxed);
+}
+/* Where the owner's free of p (a block of a page with an owner) pushes.
+ * (Acquire: the purger, having cut a cache, points its pages back at it.) */
+static inline list_t *slice_push_of(segment_t *s, size_t k) { return atomic_load_explicit(&s->slice_push[k], memory_order_acquire); }
+static inline list_t *hm_push_target(const void *p) {
+  return slice_push_of(segment_of(p), ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT);
+}
 
 /* A page's owner (and what goes with it). */
 static inline void page_set_owner(page_t *pg, heap_t *h) {
@@ -499,15 +545,16 @@ void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
+void    heap_route_caches(heap_t *h, bool to_caches);     /* (purger, locked) tcache_take */
 
 /* tcache.c */
 void tcache_process_init(bool fence);
 void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
 void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
-bool tcache_put(heap_t *h, page_t *pg, block_t *b);        /* (owner, busy or locked) push b, growing a full cache */
-void tcache_full(heap_t *h, page_t *pg, block_t *b);       /* (owner) free's fast path found the cache full */
-void tcache_tick(heap_t *h);                       /* (owner) hm_tcache_push's 256th push: heap_tick */
+bool tcache_put(heap_t *h, page_t *pg, block_t *b);        /* (owner, locked: stats mode) push b */
+void *tcache_pop(heap_t *h, size_t c);             /* (owner, locked: stats mode) pop one */
+void *tcache_refill(heap_t *h, page_t *pg);         /* (owner, locked) an empty cache from pg */
 bool tcache_held(heap_t *h);                       /* (owner, locked) blocks wait in the caches */
 void tcache_decay(heap_t *h, uint64_t now);        /* (owner, locked) empty the caches left unpopped */
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p);   /* (locked) is p in h's cache of class c */

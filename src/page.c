@@ -27,8 +27,9 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   page_set_area(pg, 0);
   pg->free = 0;
   page_set_used(pg, 0);
+  pg->cls = cls;                          /* (before the flags: page_set_local reads it) */
+  page_set_push(pg, &pg->list);
   page_set_flags(pg, hm_page_flags);
-  pg->cls = cls;
   h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
   page_set_key(pg, h->rand);             /* (high bit set: decode(0) is never a user address) */
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);

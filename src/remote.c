@@ -194,7 +194,7 @@ static void collect(heap_t *h, rbuf_t *o) {
       block_t *b = o->block[i];
       page_t *pg = page_of(segment_of(b), b);    /* (its sender found it a block start of ours) */
       if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h && !block_looks_free(pg, b))
-        hm_page_push(h, pg, b);
+        hm_owner_push(h, hm_push_target(b), pg, b);
       else if (pg->cls == CLASS_LARGE)
         hm_free_release(segment_of(b), pg, b, true);   /* (its sender set its freed flag) */
       else

@@ -10,42 +10,43 @@
  * cold, scattered over more pages.  With it, malloc hands back the block
  * freed last, whatever its page (docs/performance.md).
  *
- * A cached block still counts as used on its page; its first word is the
- * page's key, the free mark, so it looks free and a second free of it goes to
- * the slow path, which finds it here (tcache_contains).
+ * Shape.  A cache (tcl_t) is laid out as a page's pop line: its head where a
+ * page has its free list, its key, and where a page counts its blocks in use
+ * the room left.  malloc pops it and free pushes it with the very code they
+ * use for a page (hot.h: malloc's direct[] entry and free's slice_push entry
+ * name it), so a program mixing small and big sizes takes no branch on the
+ * kind (mixed and midlarge ran 12-14 % faster than with two paths,
+ * docs/performance.md).  A cached block still counts as used on its page;
+ * its first word is the page's key, the free mark, so it looks free and a
+ * second free of it goes to the slow path, which finds it here
+ * (tcache_contains).
  *
- * Size.  HAKMEM_THREAD_CACHE_KB bounds what a heap's caches may hold.  The
- * fast paths test only the room left in the cache's word, so the caches
- * count against the bound by their caps (blocks times block size): each
- * starts at TC_START blocks (fewer where an eighth of the bound holds fewer)
- * and, when free finds it full, doubles (tcache_put), up to TC_MAX, while the
- * caps stay within the bound.  A thread that frees batches of one class gets
- * room for the batch, one that frees a few blocks of each keeps little.
- * Emptying a cache (below) takes it back to its first size.  All classes from
- * 4 KiB to 256 KiB work alike, so that malloc and free take the same steps
- * for all of them (two kinds of cache, split at 32 KiB, cost a program
- * mixing 16-64 KiB blocks at random 30 % of its speed in mispredicted
- * branches: docs/performance.md).
+ * Size.  HAKMEM_THREAD_CACHE_KB bounds what a heap's caches may hold, by
+ * their caps (blocks times block size): each starts at TC_START blocks (fewer
+ * where an eighth of the bound holds fewer) and, when a push fills it (room
+ * 0: tcache_full), doubles, up to TC_MAX, while the caps stay within the
+ * bound; a cache that cannot grow gives its older half back to the pages.
+ * An empty cache refills from its class's page in a small batch
+ * (tcache_refill).  Emptying a cache takes it back to its first size.
  *
- * Decay.  A cache that malloc has not popped for a second gives its blocks
- * back to their pages (tcache_decay, on the heap's tick): a thread that moved
- * on to other sizes does not keep them.  A program may run on its caches
- * with no slow path at all, so every 256th push runs the tick too
- * (tcache_tick).
+ * Decay.  A cache left alone for a second (its room unchanged, no slow-path
+ * event of its class) gives its blocks back to their pages (tcache_decay, on
+ * the heap's tick).  One in balanced use looks the same and goes too; its
+ * next malloc refills it.
  *
  * Emptying.  The owner empties its caches when its thread exits and in
  * malloc_trim (tcache_flush).  A thread that stops calling the allocator
  * would pin the pages of its cached blocks for good, so the purger takes its
  * caches (tcache_take), while the owner may wake at any moment and push or
- * pop without a lock.  They meet as in Dekker's algorithm with the fence on
- * one side only: the owner marks itself busy (tc_busy) for the few
- * instructions of a push or pop and then reads tc_stop, with no fence between
- * the two (hot.h); the purger sets tc_stop and calls membarrier(), which
- * runs a full fence on every thread of the process that is on a CPU.  After
- * it, either the purger sees the owner busy (and leaves the cache: the thread
- * is not quiet after all), or every push and pop the owner starts from then on
- * sees tc_stop and uses the pages instead.  The purger moves the blocks onto
- * their pages' remote lists, as any other thread's frees, and clears tc_stop.
+ * pop without a lock.  The purger, holding the heap's lock, points malloc's
+ * direct[] entries and free's slice_push entries of the cached classes back
+ * at the pages, and calls membarrier(), which runs a full fence on every
+ * thread of the process that is on a CPU: from then on the owner's pops and
+ * pushes use the pages (and its slow paths wait for the lock).  One pop or
+ * push begun before may still be under way: it touches only the cache's
+ * first block and head, so the purger leaves the first two blocks and cuts
+ * the list after them, moving the rest onto their pages' remote lists, as
+ * another thread's frees, and then points the entries at the caches again.
  * Without membarrier (a kernel before 4.14, a seccomp filter) the caches are
  * off. */
 #include "hot.h"
@@ -56,7 +57,6 @@
 #define TC_START 8
 #define TC_MAX   64
 #define TC_DECAY_MS 1000
-_Static_assert(TC_MAX <= TC_ROOM, "the cache word's low bits count the room");
 static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
 
@@ -70,6 +70,7 @@ void tcache_process_init(bool fence) {
     start_cap[i] = (uint16_t)(!fence ? 0 : k < TC_START ? k : TC_START);
   }
   hm_tcache_on = start_cap[0] > 0;           /* (the smallest class gets the most) */
+  for (size_t i = 0; i < TC_CLASSES; i++) hm_tc_fast[TC_MIN + i] = hm_tcache_on && !hm_slow_mode && start_cap[i] > 0;
 }
 
 static uint32_t cap_of(heap_t *h, size_t i) { return atomic_load_explicit(&h->tc_cap[i], memory_order_relaxed); }
@@ -78,64 +79,52 @@ static void set_cap(heap_t *h, size_t i, uint32_t n) {
   atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
 }
 
-/* Every 256th push (hm_tcache_push): the heap's tick. */
-void tcache_tick(heap_t *h) {
-  heap_enter(h);
-  heap_tick(h);
-  heap_leave(h);
+/* Class c's cache is what malloc pops and free pushes (not in stats mode,
+ * whose fast paths keep out: its slow paths use the caches, locked). */
+bool hm_tc_fast[CLASSES];
+
+static tcl_t *tcl_of(heap_t *h, size_t i) { return &h->tc[i]; }
+static _Atomic uintptr_t *head_of(tcl_t *t) { return (_Atomic uintptr_t *)&t->l.free; }
+static block_t *head(tcl_t *t) { return (block_t *)atomic_load_explicit(head_of(t), memory_order_relaxed); }
+static void set_head(tcl_t *t, block_t *b) { atomic_store_explicit(head_of(t), (uintptr_t)b, memory_order_release); }
+static uint32_t room(tcl_t *t) { return atomic_load_explicit(&t->l.used, memory_order_relaxed); }
+static void set_room(tcl_t *t, uint32_t n) { atomic_store_explicit(&t->l.used, n, memory_order_relaxed); }
+
+/* (owner, locked) Pop cache i, or NULL. */
+static block_t *pop(heap_t *h, size_t i) {
+  tcl_t *t = tcl_of(h, i);
+  block_t *b = head(t);
+  if (b) {
+    set_head(t, (block_t *)(b[1].word ^ t->l.key));
+    b[0].word = 0;
+    set_room(t, room(t) + 1);
+  }
+  return b;
+}
+/* (owner, locked) Push b, a block of pg not looking free, on cache i, which
+ * must have room. */
+static void push(heap_t *h, size_t i, page_t *pg, block_t *b) {
+  tcl_t *t = tcl_of(h, i);
+  block_mark_free(pg, b);
+  b[1].word = (uintptr_t)head(t) ^ t->l.key;
+  set_head(t, b);
+  set_room(t, room(t) - 1);
 }
 
-/* Push b; if its cache is full, double the cache first if the bound allows. */
-bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
-  size_t i = (size_t)pg->cls - TC_MIN;
-  _Atomic uintptr_t *t = &h->tc[i];
-  if (tc_push(h, t, pg, b)) return true;
+/* (owner, locked) The room the purger left in taken (tcache_take) back in
+ * the count, and the cache doubled if the bound allows: true if it has room. */
+static bool make_room(heap_t *h, size_t i) {
+  tcl_t *t = tcl_of(h, i);
+  set_room(t, room(t) + atomic_load_explicit(&t->taken, memory_order_relaxed));
+  atomic_store_explicit(&t->taken, 0, memory_order_relaxed);
+  if (room(t)) return true;
   uint32_t c = cap_of(h, i), add = c < TC_MAX - c ? c : TC_MAX - c;
   size_t left = bound_kb() > h->tc_kb ? bound_kb() - h->tc_kb : 0;
   if (add * class_kb(i) > left) add = (uint32_t)(left / class_kb(i));
   if (add == 0) return false;
   set_cap(h, i, c + add);
-  /* Each cached block holds the cache's word as it was before the block came,
-   * room included, for pop to restore: those get the added room too. */
-  for (block_t *x = (block_t *)(tc_get(t) & ~TC_ROOM); x;) {
-    uintptr_t below = (x[1].word ^ h->tc_key) + add;
-    x[1].word = below ^ h->tc_key;
-    x = (block_t *)(below & ~TC_ROOM);
-  }
-  tc_set(t, tc_get(t) + add);
-  return tc_push(h, t, pg, b);
-}
-
-void tcache_full(heap_t *h, page_t *pg, block_t *b) {
-  bool done = tc_enter(h) && tcache_put(h, pg, b);
-  tc_leave(h);
-  if (!done) hm_page_push(h, pg, b);
-}
-
-/* Cache i empty, at its first size. */
-static void reset(heap_t *h, size_t i) {
-  set_cap(h, i, start_cap[i]);
-  tc_set(&h->tc[i], cap_of(h, i));
-}
-
-/* h comes zeroed (heap_get).  In stats mode tc_stop stays set: the fast paths
- * keep out, and the slow paths, which count every call, push and pop under
- * the heap lock. */
-void tcache_init(heap_t *h) {
-  h->tc_key = os_random();
-  for (size_t i = 0; i < TC_CLASSES; i++) reset(h, i);
-  atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
-}
-
-/* Empty cache i, handing each block to release(), and shrink it back. */
-static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
-  uintptr_t w = tc_get(&h->tc[i]);
-  reset(h, i);
-  for (block_t *b; (b = (block_t *)(w & ~TC_ROOM)) != NULL;) {
-    w = b[1].word ^ h->tc_key;
-    b[1].word = 0;
-    release(page_of(segment_of(b), b), b);
-  }
+  set_room(t, room(t) + add);
+  return true;
 }
 
 /* The owner frees b again, a live block now. */
@@ -144,10 +133,105 @@ static void release_local(page_t *pg, block_t *b) {
   page_free_local_slow(pg, b);
 }
 
+/* (stats mode, locked) What free's fast path would do. */
+bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
+  size_t i = (size_t)pg->cls - TC_MIN;
+  if (!room(tcl_of(h, i)) && !make_room(h, i)) return false;
+  push(h, i, pg, b);
+  return true;
+}
+void *tcache_pop(heap_t *h, size_t c) {
+  block_t *b = pop(h, c - TC_MIN);
+  if (b) h->tc_popped[c] = 1;
+  return b;
+}
+
+/* Free's push filled the cache of pg's class (room 0; hot.h): the room the
+ * purger left, or a doubled cap, or else the older half of the blocks go
+ * back to their pages (one call per half a cache of frees, not per free). */
+void tcache_full(heap_t *h, page_t *pg) {
+  size_t i = (size_t)pg->cls - TC_MIN;
+  heap_enter(h);
+  h->tc_popped[pg->cls] = 1;                         /* in use (tcache_decay) */
+  if (--h->ticks == 0) heap_tick(h);                 /* a slow-path event */
+  if (!make_room(h, i)) {
+    tcl_t *t = tcl_of(h, i);
+    uint32_t keep = cap_of(h, i) / 2;
+    block_t *b = head(t);
+    for (uint32_t k = 1; k < keep && b; k++) b = (block_t *)(b[1].word ^ t->l.key);
+    block_t *rest = keep && b ? (block_t *)(b[1].word ^ t->l.key) : b;
+    if (keep && b) b[1].word = t->l.key;                /* the end of the list */
+    else set_head(t, NULL);
+    for (uint32_t n = 0; rest; n++) {
+      block_t *x = rest;
+      rest = (block_t *)(x[1].word ^ t->l.key);
+      x[1].word = 0;
+      release_local(page_of(segment_of(x), x), x);
+      set_room(t, room(t) + 1);
+    }
+  }
+  heap_leave(h);
+}
+
+/* (owner, locked) Class pg->cls's cache is empty: a block of pg for malloc,
+ * and more from pg's free list into the cache, so that the next mallocs of
+ * the class do not come here (tcmalloc's batch): up to half the cache's room
+ * and REFILL_KB (16 blocks of 4 KiB, none of 64 KiB and up: a bigger batch
+ * held realloc's buffers, growing through these classes, 3.4 MiB higher). */
+#define REFILL_KB 64
+void *tcache_refill(heap_t *h, page_t *pg) {
+  size_t i = (size_t)pg->cls - TC_MIN;
+  h->tc_popped[pg->cls] = 1;
+  block_t *b = hm_page_pop(pg, false);
+  make_room(h, i);
+  uint32_t n = room(tcl_of(h, i)) / 2, most = REFILL_KB / class_kb(i);
+  for (n = n < most ? n : most; n && pg->free; n--) push(h, i, pg, hm_page_pop(pg, false));
+  return b;
+}
+
+/* Cache i empty, at its first size. */
+static void reset(heap_t *h, size_t i) {
+  tcl_t *t = tcl_of(h, i);
+  set_cap(h, i, start_cap[i]);
+  set_head(t, NULL);
+  set_room(t, cap_of(h, i));
+  atomic_store_explicit(&t->taken, 0, memory_order_relaxed);
+}
+
+/* h comes zeroed (heap_get). */
+void tcache_init(heap_t *h) {
+  h->tc_key = os_random();
+  for (size_t i = 0; i < TC_CLASSES; i++) {
+    reset(h, i);
+    h->tc[i].l.key = h->tc_key;
+  }
+  atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
+}
+
+/* Empty cache i, handing each block to release(), and shrink it back.  The
+ * last block goes first, so that the pages' lists keep the last freed on
+ * top, as the cache had them (the next malloc takes the first back). */
+static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
+  block_t *b = head(tcl_of(h, i)), *r = NULL;
+  reset(h, i);
+  while (b) {                                        /* reversed, re-encoded */
+    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
+    b[1].word = (uintptr_t)r ^ h->tc_key;
+    r = b;
+    b = next;
+  }
+  for (b = r; b;) {
+    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
+    b[1].word = 0;
+    release(page_of(segment_of(b), b), b);
+    b = next;
+  }
+}
+
 /* Do blocks wait in any of h's caches? */
 static bool any_held(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++)
-    if (tc_get(&h->tc[i]) & ~TC_ROOM) return true;
+    if (head(tcl_of(h, i))) return true;
   return false;
 }
 
@@ -158,13 +242,16 @@ bool tcache_held(heap_t *h) {
   return held;
 }
 
-/* A cache not popped from for a whole TC_DECAY_MS gives its blocks back to
- * their pages, whose memory the segments' decay then returns to the OS. */
+/* A cache not used for a whole TC_DECAY_MS (its room unchanged, no pop by
+ * the slow paths) gives its blocks back to their pages, whose memory the
+ * segments' decay then returns to the OS. */
 void tcache_decay(heap_t *h, uint64_t now) {
   if (h->tc_decay_ms && now < h->tc_decay_ms) return;
-  if (h->tc_decay_ms)
-    for (size_t i = 0; i < TC_CLASSES; i++)
-      if (!h->tc_popped[TC_MIN + i]) drain(h, i, release_local);
+  for (size_t i = 0; i < TC_CLASSES; i++) {
+    tcl_t *t = tcl_of(h, i);
+    if (h->tc_decay_ms && !h->tc_popped[TC_MIN + i] && room(t) == t->room_seen) drain(h, i, release_local);
+    t->room_seen = room(t);
+  }
   memset(h->tc_popped, 0, sizeof h->tc_popped);
   h->tc_decay_ms = now + TC_DECAY_MS;
 }
@@ -173,16 +260,60 @@ void tcache_flush(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
 }
 
-/* The owner's buffers of other heaps' blocks (remote.c) are taken the same way. */
+/* The successor of b1, the first block of a cache the owner may be popping
+ * (tcache_take): read apart from the owner, whose pop may hand b1 to the
+ * program as this reads; the caller checks that the cache's head did not
+ * change meanwhile, so that what it read was still the link. */
+__attribute__((no_sanitize("thread"))) static uintptr_t first_link(const block_t *b1) {
+  uintptr_t v = *(const volatile uintptr_t *)&b1[1].word;
+  atomic_thread_fence(memory_order_acquire);
+  return v;
+}
+
+/* (purger, locked) Cache i of h, which malloc and free no longer reach but
+ * for one pop or push that may have begun before (tcache_take): the blocks
+ * beyond its first two go, as another thread's frees.  That pop takes the
+ * first block and reads its link, that push links a block before the first;
+ * so the first two stay and the second's link is cut.  The room the others
+ * leave waits in taken for the owner (make_room). */
+static void take_beyond_two(heap_t *h, size_t i) {
+  tcl_t *t = tcl_of(h, i);
+  uintptr_t w, n1;
+  block_t *b1;
+  do {
+    w = atomic_load_explicit(head_of(t), memory_order_acquire);
+    if (!(b1 = (block_t *)w)) return;
+    n1 = first_link(b1) ^ t->l.key;
+  } while (atomic_load_explicit(head_of(t), memory_order_acquire) != w);
+  block_t *b2 = (block_t *)n1;
+  if (!b2) return;
+  block_t *rest = (block_t *)(b2[1].word ^ t->l.key);
+  b2[1].word = t->l.key;                              /* the end of the list */
+  while (rest) {
+    block_t *b = rest;
+    rest = (block_t *)(b[1].word ^ t->l.key);
+    b[1].word = 0;
+    page_free_remote(page_of(segment_of(b), b), b);
+    atomic_store_explicit(&t->taken, atomic_load_explicit(&t->taken, memory_order_relaxed) + 1, memory_order_relaxed);
+  }
+}
+
+/* The purger takes a quiet heap's caches, and its buffers of other heaps'
+ * blocks (remote.c). */
 void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
-  if (!any_held(h) && !remote_held(h)) return;
-  atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);
-  /* the owner busy: not quiet after all, its caches stay */
-  if (os_membarrier() && !atomic_load_explicit(&h->tc_busy, memory_order_acquire)) {
-    for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, page_free_remote);   /* as another thread's frees */
-    for (size_t i = 0; i < RB_SLOTS; i++) out[i] = atomic_exchange_explicit(&h->out[i], NULL, memory_order_relaxed);
+  bool caches = any_held(h);
+  if (!caches && !remote_held(h)) return;
+  if (caches) heap_route_caches(h, false);          /* malloc and free keep out of them */
+  atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);     /* and of the buffers */
+  if (os_membarrier()) {
+    if (caches)
+      for (size_t i = 0; i < TC_CLASSES; i++) take_beyond_two(h, i);
+    /* the owner busy: not quiet after all, its buffers stay */
+    if (!atomic_load_explicit(&h->tc_busy, memory_order_acquire))
+      for (size_t i = 0; i < RB_SLOTS; i++) out[i] = atomic_exchange_explicit(&h->out[i], NULL, memory_order_relaxed);
   }
+  if (caches) heap_route_caches(h, true);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
   for (size_t i = 0; i < RB_SLOTS; i++)
     if (out[i]) remote_send(out[i]);
@@ -191,15 +322,15 @@ void tcache_take(heap_t *h) {
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
   if (!class_cached(c)) return false;
   uint32_t limit = cap_of(h, c - TC_MIN);
-  for (uintptr_t b = tc_get(&h->tc[c - TC_MIN]) & ~TC_ROOM; b && limit--; b = (((block_t *)b)[1].word ^ h->tc_key) & ~TC_ROOM)
-    if (b == p) return true;
+  for (block_t *b = head(tcl_of(h, c - TC_MIN)); b && limit--; b = (block_t *)(b[1].word ^ h->tc_key))
+    if ((uintptr_t)b == p) return true;
   return false;
 }
 
 void tcache_census(uint64_t *blocks) {
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire))
     for (size_t i = 0; i < TC_CLASSES; i++) {
-      uint32_t c = cap_of(h, i), room = (uint32_t)(tc_get(&h->tc[i]) & TC_ROOM);
-      blocks[TC_MIN + i] += c > room ? c - room : 0;   /* (read apart: may be torn) */
+      uint32_t c = cap_of(h, i), r = room(tcl_of(h, i)) + atomic_load_explicit(&tcl_of(h, i)->taken, memory_order_relaxed);
+      blocks[TC_MIN + i] += c > r ? c - r : 0;   /* (read apart: may be torn) */
     }
 }

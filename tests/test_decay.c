@@ -9,7 +9,8 @@
  *    adjacent ones emptied together go with one munmap;
  *  - the segments the cache keeps are purged once their delay has passed,
  *    from the thread's next slow paths, not only when another segment empties
- *    (the heap's tick, which frees of thread-cached blocks also count).
+ *    (the heap's tick).  (A thread that runs on its fast paths alone takes no
+ *    slow path, and purges nothing until it does: as mimalloc's.)
  *
  * One program of its own: the heap's purge delay adapts to what a program
  * did before (test_api's cases would have lengthened it). */
@@ -43,14 +44,14 @@ TEST(draining_segments_not_purged_piecemeal) {
   size_t calls = b.madvise_calls - a.madvise_calls;
   NOTE("%zu madvise calls while %zu segments drained", calls, a.segments);
   CHECKF(calls <= 4, "%zu madvise calls while the segments drained", calls);
-  /* The frees have stopped: the thread's next slow paths purge, or its
-   * frees of blocks that wait in its thread cache (which free no page: every
-   * 256th counts as one). */
+  /* The frees have stopped: the thread's next slow paths purge (a block
+   * above the classes takes one at each malloc and free). */
   for (int r = 0; r < 6; r++) {
-    for (int i = 0; i < 256; i++) {
-      void *q = hakmem_malloc(96 << 10);        /* first a 6-slice page, in one of their free runs */
-      CHECK(q != NULL);
-      memset(q, 2, 64);
+    for (int i = 0; i < 128; i++) {
+      void *q = hakmem_malloc(96 << 10), *big = hakmem_malloc(1 << 20);
+      CHECK(q != NULL && big != NULL);
+      if (q) memset(q, 2, 64);
+      hakmem_free(big);
       hakmem_free(q);
     }
     test_sleep_ms(12);
@@ -90,15 +91,16 @@ TEST(cached_segments_purged_after_delay) {
   hakmem_stats_get(&a);
   long full = test_rss_kib();
   CHECKF(a.cached >= (size_t)8 << 20, "%zu bytes of empty segments cached", a.cached);
-  /* Work that allocates and frees a block of 96 KiB now and then, long after
-   * the cache's delay (the block waits in the thread cache: every 256th push
-   * counts towards the tick). */
+  /* Work that allocates and frees blocks now and then, long after the
+   * cache's delay: one of 96 KiB (it waits in the thread cache) and one above
+   * the classes (a slow path each: the heap's tick). */
   for (int r = 0; r < 6; r++) {
     test_sleep_ms(12);
-    for (int i = 0; i < 256; i++) {
-      void *q = hakmem_malloc(96 << 10);
-      CHECK(q != NULL);
-      memset(q, 2, 64);
+    for (int i = 0; i < 128; i++) {
+      void *q = hakmem_malloc(96 << 10), *big = hakmem_malloc(1 << 20);
+      CHECK(q != NULL && big != NULL);
+      if (q) memset(q, 2, 64);
+      hakmem_free(big);
       hakmem_free(q);
     }
   }

@@ -34,8 +34,8 @@ TEST(class_round_trip) {
 }
 
 /* The thread caches' classes: from SMALL_MAX (exclusive) to MEDIUM_MAX,
- * multiples of 512 bytes (the cache's word keeps its room in the low 9
- * bits). */
+ * multiples of 512 bytes (malloc's direct[] has an entry per 512 bytes above
+ * 32 KiB, DIRECT_BIG). */
 TEST(thread_cache_classes) {
   CHECK(class_size(TC_MIN - 1) == SMALL_MAX);
   CHECK(class_size(TC_MIN) == 4096);
@@ -43,7 +43,7 @@ TEST(thread_cache_classes) {
   CHECK(class_size(TC_MIN + TC_CLASSES - 1) == MEDIUM_MAX);
   CHECK(TC_MIN + TC_CLASSES == CLASSES);
   for (size_t c = TC_MIN; c < TC_MIN + TC_CLASSES; c++)
-    CHECKF(class_size(c) % (TC_ROOM + 1) == 0, "class %zu: %zu bytes", c, class_size(c));
+    CHECKF(class_size(c) % 512 == 0, "class %zu: %zu bytes", c, class_size(c));
 }
 
 /* malloc's fast path takes the class of sizes up to MEDIUM_MAX from tables
@@ -132,16 +132,26 @@ TEST(direct_pages_follow_current) {
     h = hm_tls_heap;
     for (size_t i = 0; i <= SMALL_MAX / 16; i++) {
       size_t c = size_class(i * 16);
-      CHECKF(h->direct[i] == h->current[c], "size %zu: direct page %p, current page of class %zu %p", i * 16,
+      CHECKF(h->direct[i] == &h->current[c]->list, "size %zu: direct list %p, current page of class %zu %p", i * 16,
              (void *)h->direct[i], c, (void *)h->current[c]);
-      if (h->direct[i] != h->current[c]) return;
+      if (h->direct[i] != &h->current[c]->list) return;
     }
   }
   for (size_t c = 0; c < CLASS_4K; c++)
     for (int round = 0; round < 40; round++) hakmem_free(keep[c][round]);
   for (size_t i = 0; i <= SMALL_MAX / 16; i++)
-    CHECKF(h->direct[i] == h->current[size_class(i * 16)], "size %zu: direct page not current after the frees",
+    CHECKF(h->direct[i] == &h->current[size_class(i * 16)]->list, "size %zu: direct page not current after the frees",
            i * 16);
+  /* above 3.5 KiB: the thread cache of the size's class (its pop line), or
+   * with the caches off the class's current page */
+  for (size_t i = SMALL_MAX / 16 + 1; i < DIRECT_N; i++) {
+    size_t n = direct_size(i), c = size_class(n);
+    list_t *want = tcache_fast(c) ? &h->tc[c - TC_MIN].l : &h->current[c]->list;
+    if (h->direct[i] != want) {
+      CHECKF(0, "size %zu (entry %zu): list %p, not class %zu's %p", n, i, (void *)h->direct[i], c, (void *)want);
+      break;
+    }
+  }
 }
 
 TEST(slices_carved_and_released) {
