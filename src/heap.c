@@ -69,11 +69,11 @@ static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
  * is counted or checked, and the fast path pays nothing. */
 static void spare_reuse(heap_t *h, page_t *pg);
 
-/* direct[] entries of each small class: small_first[c] .. small_first[c + 1] - 1 */
-static uint16_t small_first[CLASSES + 1];
+/* direct[] entries of each class: direct_first[c] .. direct_first[c + 1] - 1 */
+static uint16_t direct_first[CLASSES + 1];
 
 static void set_direct(heap_t *h, size_t c, list_t *l) {
-  for (size_t i = small_first[c]; i < small_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
+  for (size_t i = direct_first[c]; i < direct_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
 }
 static void set_current(heap_t *h, size_t c, page_t *pg) {
   h->current[c] = pg;
@@ -385,7 +385,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   page_t *pg = find_page(h, c);
   if (!pg) return enomem();
   if (unlikely(hm_secure)) return secure_pop(pg);
-  return cached && tcache_fast(c) ? tcache_refill(h, pg) : hm_page_pop(pg, false);
+  return cached && tcache_fast(c) ? tcache_refill(h, pg) : hm_page_pop(pg);
 }
 
 /* Blocks above the largest class: a run of slices in one of the heap's
@@ -606,7 +606,7 @@ static void process_init(void) {
   options_init();
   for (size_t c = 0, i = 0; c <= CLASSES; c++) {
     while (i < DIRECT_N && class_of(direct_size(i)) < c) i++;
-    small_first[c] = (uint16_t)i;
+    direct_first[c] = (uint16_t)i;
   }
   /* The purger can take what the fast paths hold (thread caches, buffers of
    * remote frees) only with membarrier; HAKMEM_THREAD_CACHE_KB=0 never asks. */
@@ -657,7 +657,7 @@ heap_t *heap_get(void) {
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);
   tcache_init(h);
   for (size_t c = TC_MIN; c < CLASSES; c++)       /* (a recycled struct has them) */
-    if (tcache_fast(c) && atomic_load_explicit(&h->direct[small_first[c]], memory_order_relaxed) != &h->tc[c - TC_MIN].l)
+    if (tcache_fast(c) && atomic_load_explicit(&h->direct[direct_first[c]], memory_order_relaxed) != &h->tc[c - TC_MIN].l)
       set_direct(h, c, &h->tc[c - TC_MIN].l);
   h->ticks = HEAP_TICKS;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;

@@ -28,21 +28,6 @@
 #include "internal.h"
 #include "options.h"
 
-/* prefetch: the next block is often one another thread freed, its line in
- * that thread's cache or evicted since, and the next malloc reads and writes
- * it: fetch it now.  (For the small classes: a bigger class's next block is a
- * page or more away, and 64 blocks of 40-103 KB allocated and freed in turn
- * ran 13 % slower with it.) */
-HM_INLINE void *hm_page_pop(page_t *pg, bool prefetch) {
-  block_t *b = (block_t *)pg->free;
-  uintptr_t next = b[1].word ^ pg->pop_key;
-  pg->free = next;
-  if (prefetch) __builtin_prefetch((void *)next, 1);
-  b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
-  page_set_used(pg, page_used(pg) + 1);
-  return b;
-}
-
 /* The buffers of remote frees (remote.c, hm_free_remote).  The owner marks
  * itself busy for the few instructions of an append; the purger, to take the
  * buffers of a quiet thread, sets tc_stop and then sees the owner busy or is
@@ -61,20 +46,37 @@ HM_INLINE void tc_leave(heap_t *h) { atomic_store_explicit(&h->tc_busy, 0, memor
  * (the block's link is written first). */
 HM_INLINE uintptr_t list_head(list_t *l) { return atomic_load_explicit((_Atomic uintptr_t *)&l->free, memory_order_relaxed); }
 HM_INLINE void list_set_head(list_t *l, uintptr_t b) { atomic_store_explicit((_Atomic uintptr_t *)&l->free, b, memory_order_release); }
+HM_INLINE uint32_t list_count(list_t *l) { return atomic_load_explicit(&l->used, memory_order_relaxed); }
 
-/* The owner h frees b, a block of pg not looking free, onto list o (pg, or
- * the thread cache of its class): the mark is the page's key, the link is
- * encoded with the list's.  The count reaching 0 is an emptied page or a
- * full cache (a tail call: free's fast path then saves no registers). */
-void tcache_full(heap_t *h, page_t *pg);
-HM_INLINE void hm_owner_push(heap_t *h, list_t *o, page_t *pg, block_t *b) {
+/* Take b, the head of list l, off it. */
+HM_INLINE block_t *hm_list_take(list_t *l, block_t *b) {
+  list_set_head(l, b[1].word ^ l->key);
+  b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
+  atomic_store_explicit(&l->used, list_count(l) + 1, memory_order_relaxed);
+  return b;
+}
+/* The head of list l, which is not empty. */
+HM_INLINE void *hm_list_pop(list_t *l) { return hm_list_take(l, (block_t *)list_head(l)); }
+HM_INLINE void *hm_page_pop(page_t *pg) { return hm_list_pop(&pg->list); }
+
+/* Push b, a block of pg not looking free, on list o: the mark is the page's
+ * key, the link is encoded with the list's.  The count it leaves.  (Release:
+ * once the purger reads the new count, these stores are done.) */
+HM_INLINE uint32_t hm_list_push(list_t *o, page_t *pg, block_t *b) {
   block_mark_free(pg, b);                    /* a second free is caught */
   b[1].word = list_head(o) ^ o->key;
   list_set_head(o, (uintptr_t)b);
-  /* release: once the purger reads the new count, these stores are done */
-  uint32_t n = atomic_load_explicit(&o->used, memory_order_relaxed) - 1;
+  uint32_t n = list_count(o) - 1;
   atomic_store_explicit(&o->used, n, memory_order_release);
-  if (unlikely(n == 0)) {
+  return n;
+}
+
+/* The owner h frees b, a block of pg not looking free, onto list o (pg, or
+ * the thread cache of its class).  The count reaching 0 is an emptied page
+ * or a full cache (a tail call: free's fast path then saves no registers). */
+void tcache_full(heap_t *h, page_t *pg);
+HM_INLINE void hm_owner_push(heap_t *h, list_t *o, page_t *pg, block_t *b) {
+  if (unlikely(hm_list_push(o, pg, b) == 0)) {
     if (o == &pg->list) heap_page_retire(h, pg);
     else tcache_full(h, pg);
   }
@@ -99,12 +101,7 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   }
   list_t *l = atomic_load_explicit(&h->direct[i], memory_order_acquire);
   block_t *b = (block_t *)list_head(l);
-  if (likely(b != NULL)) {
-    list_set_head(l, b[1].word ^ l->key);
-    b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
-    atomic_store_explicit(&l->used, atomic_load_explicit(&l->used, memory_order_relaxed) + 1, memory_order_relaxed);
-    return b;
-  }
+  if (likely(b != NULL)) return hm_list_take(l, b);
   *c = class_of(n);
   return NULL;
 }

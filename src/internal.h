@@ -348,13 +348,9 @@ typedef struct rbuf_s {
 #define RB_SLOTS 8
 #define RB_MAX   64                  /* buffers a heap has (32 KiB, with the heap) */
 
-/* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
- * hold heap->lock, which the purger (purge.c) also takes when it returns the
- * memory of a heap whose thread stopped calling the allocator. */
-/* A thread cache, laid out as a page's pop line, so that malloc and free
- * pop and push either alike (hot.h): its head where a page's free is, its
- * key, and where a page counts the blocks in use, the room left: a push that
- * fills the cache takes it to 0 as one that empties a page does. */
+/* A thread cache: a list_t like a page's, so that malloc and free pop and
+ * push either alike (hot.h), whose count is the room left: a push that fills
+ * the cache takes it to 0 as one that empties a page does. */
 typedef struct {
   list_t l;                      /* head, the heap's tc_key, room */
   _Atomic uint32_t taken;        /* (locked; the census reads it) blocks the purger took, not
@@ -368,6 +364,9 @@ typedef struct {
 #define DIRECT_N      (DIRECT_BIG(MEDIUM_MAX) + 1)
 static inline size_t direct_size(size_t i) { return i <= DIRECT_16_MAX / 16 ? i * 16 : (i - DIRECT_BIG(0)) * 512; }
 
+/* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
+ * hold heap->lock, which the purger (purge.c) also takes when it returns the
+ * memory of a heap whose thread stopped calling the allocator. */
 typedef struct heap_s {
   page_t *current[CLASSES];      /* class -> page malloc's fast path allocates from */
   _Atomic uint8_t tc_busy;       /* the owner is appending to a buffer of remote frees */
@@ -411,7 +410,7 @@ typedef struct heap_s {
   list_t *_Atomic direct[DIRECT_N]; /* DIRECT_BIG's index of a size -> the list malloc pops:
                                     current[class] for the small classes (set_current keeps
                                     it), the thread cache from 4 KiB.  Kept when the struct
-                                    is recycled: the cache entries stay the same (16 KiB) */
+                                    is recycled: the cache entries stay the same (20 KiB) */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */

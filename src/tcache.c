@@ -59,6 +59,9 @@
 #define TC_DECAY_MS 1000
 static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
+/* Class c's cache is what malloc pops and free pushes (not in stats mode,
+ * whose fast paths keep out: its slow paths use the caches, locked). */
+bool hm_tc_fast[CLASSES];
 
 static uint32_t class_kb(size_t i) { return (uint32_t)((class_size(TC_MIN + i) + 1023) >> 10); }
 static size_t bound_kb(void) { return (size_t)hm_options.thread_cache_kb; }
@@ -79,36 +82,28 @@ static void set_cap(heap_t *h, size_t i, uint32_t n) {
   atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
 }
 
-/* Class c's cache is what malloc pops and free pushes (not in stats mode,
- * whose fast paths keep out: its slow paths use the caches, locked). */
-bool hm_tc_fast[CLASSES];
-
 static tcl_t *tcl_of(heap_t *h, size_t i) { return &h->tc[i]; }
 static _Atomic uintptr_t *head_of(tcl_t *t) { return (_Atomic uintptr_t *)&t->l.free; }
 static block_t *head(tcl_t *t) { return (block_t *)atomic_load_explicit(head_of(t), memory_order_relaxed); }
 static void set_head(tcl_t *t, block_t *b) { atomic_store_explicit(head_of(t), (uintptr_t)b, memory_order_release); }
-static uint32_t room(tcl_t *t) { return atomic_load_explicit(&t->l.used, memory_order_relaxed); }
+static uint32_t room(tcl_t *t) { return list_count(&t->l); }
 static void set_room(tcl_t *t, uint32_t n) { atomic_store_explicit(&t->l.used, n, memory_order_relaxed); }
 
-/* (owner, locked) Pop cache i, or NULL. */
-static block_t *pop(heap_t *h, size_t i) {
-  tcl_t *t = tcl_of(h, i);
-  block_t *b = head(t);
-  if (b) {
-    set_head(t, (block_t *)(b[1].word ^ t->l.key));
-    b[0].word = 0;
-    set_room(t, room(t) + 1);
-  }
-  return b;
-}
 /* (owner, locked) Push b, a block of pg not looking free, on cache i, which
  * must have room. */
-static void push(heap_t *h, size_t i, page_t *pg, block_t *b) {
-  tcl_t *t = tcl_of(h, i);
-  block_mark_free(pg, b);
-  b[1].word = (uintptr_t)head(t) ^ t->l.key;
-  set_head(t, b);
-  set_room(t, room(t) - 1);
+static void push(heap_t *h, size_t i, page_t *pg, block_t *b) { hm_list_push(&tcl_of(h, i)->l, pg, b); }
+
+/* Hand each block of the chain from b (linked as the caches link them) to
+ * release(); how many. */
+static uint32_t release_chain(heap_t *h, block_t *b, void (*release)(page_t *, block_t *)) {
+  uint32_t n = 0;
+  for (; b; n++) {
+    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
+    b[1].word = 0;
+    release(page_of(segment_of(b), b), b);
+    b = next;
+  }
+  return n;
 }
 
 /* (owner, locked) The room the purger left in taken (tcache_take) back in
@@ -141,9 +136,10 @@ bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
   return true;
 }
 void *tcache_pop(heap_t *h, size_t c) {
-  block_t *b = pop(h, c - TC_MIN);
-  if (b) h->tc_popped[c] = 1;
-  return b;
+  list_t *l = &tcl_of(h, c - TC_MIN)->l;
+  if (!list_head(l)) return NULL;
+  h->tc_popped[c] = 1;
+  return hm_list_pop(l);
 }
 
 /* Free's push filled the cache of pg's class (room 0; hot.h): the room the
@@ -162,13 +158,7 @@ void tcache_full(heap_t *h, page_t *pg) {
     block_t *rest = keep && b ? (block_t *)(b[1].word ^ t->l.key) : b;
     if (keep && b) b[1].word = t->l.key;                /* the end of the list */
     else set_head(t, NULL);
-    for (uint32_t n = 0; rest; n++) {
-      block_t *x = rest;
-      rest = (block_t *)(x[1].word ^ t->l.key);
-      x[1].word = 0;
-      release_local(page_of(segment_of(x), x), x);
-      set_room(t, room(t) + 1);
-    }
+    set_room(t, room(t) + release_chain(h, rest, release_local));
   }
   heap_leave(h);
 }
@@ -182,10 +172,10 @@ void tcache_full(heap_t *h, page_t *pg) {
 void *tcache_refill(heap_t *h, page_t *pg) {
   size_t i = (size_t)pg->cls - TC_MIN;
   h->tc_popped[pg->cls] = 1;
-  block_t *b = hm_page_pop(pg, false);
+  block_t *b = hm_page_pop(pg);
   make_room(h, i);
   uint32_t n = room(tcl_of(h, i)) / 2, most = REFILL_KB / class_kb(i);
-  for (n = n < most ? n : most; n && pg->free; n--) push(h, i, pg, hm_page_pop(pg, false));
+  for (n = n < most ? n : most; n && pg->free; n--) push(h, i, pg, hm_page_pop(pg));
   return b;
 }
 
@@ -220,12 +210,7 @@ static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
     r = b;
     b = next;
   }
-  for (b = r; b;) {
-    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
-    b[1].word = 0;
-    release(page_of(segment_of(b), b), b);
-    b = next;
-  }
+  release_chain(h, r, release);
 }
 
 /* Do blocks wait in any of h's caches? */
@@ -289,13 +274,8 @@ static void take_beyond_two(heap_t *h, size_t i) {
   if (!b2) return;
   block_t *rest = (block_t *)(b2[1].word ^ t->l.key);
   b2[1].word = t->l.key;                              /* the end of the list */
-  while (rest) {
-    block_t *b = rest;
-    rest = (block_t *)(b[1].word ^ t->l.key);
-    b[1].word = 0;
-    page_free_remote(page_of(segment_of(b), b), b);
-    atomic_store_explicit(&t->taken, atomic_load_explicit(&t->taken, memory_order_relaxed) + 1, memory_order_relaxed);
-  }
+  uint32_t n = release_chain(h, rest, page_free_remote);
+  atomic_store_explicit(&t->taken, atomic_load_explicit(&t->taken, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
 /* The purger takes a quiet heap's caches, and its buffers of other heaps'
