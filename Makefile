@@ -29,7 +29,7 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libhakmem.so: $(OBJS)
-	$(CC) -shared -pthread -Wl,-soname,libhakmem.so -Wl,-z,nodelete $(OBJS) -o $@
+	$(CC) -shared -pthread -Wl,-soname,libhakmem.so -Wl,-z,nodelete -Wl,-z,defs $(OBJS) -o $@
 
 # The archive holds one object whose internal (hidden) symbols are made local,
 # so a static link exposes only the API and cannot clash with the program's
