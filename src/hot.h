@@ -99,7 +99,7 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
     *c = CLASS_LARGE;
     return NULL;
   }
-  list_t *l = atomic_load_explicit(&h->direct[i], memory_order_acquire);
+  list_t *l = atomic_load_explicit(HM_ELEM(h, direct, i), memory_order_acquire);
   block_t *b = (block_t *)list_head(l);
   if (likely(b != NULL)) return hm_list_take(l, b);
   *c = class_of(n);
@@ -125,7 +125,7 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t off) {
  * full, or b is above 32 KiB (remote_free counts those blocks' bytes). */
 HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   if (likely(tc_enter(h))) {
-    rbuf_t *o = atomic_load_explicit(&h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)], memory_order_relaxed);
+    rbuf_t *o = atomic_load_explicit(HM_ELEM(h, out, atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)), memory_order_relaxed);
     if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS) && likely(pg->cls < CLASS_OVER_32K)) {
       o->block[o->n++] = b;
       tc_leave(h);

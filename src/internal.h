@@ -259,6 +259,12 @@ static inline void block_set_free(const page_t *pg, void *b, uintptr_t next) {
 /* The block after free block b of pg (0: the end). */
 static inline uintptr_t block_next(const page_t *pg, uintptr_t b) { return dec(pg, ((const block_t *)b)[1].word); }
 
+/* &base->field[i], as integer arithmetic: in this form GCC folds the field's
+ * offset into an atomic load's address; from &base->field[i] it adds it to
+ * the index first, one instruction more on malloc's and free's fast paths. */
+#define HM_ELEM(base, field, i) \
+  ((__typeof__(&(base)->field[0]))((uintptr_t)(base) + offsetof(__typeof__(*(base)), field) + (i) * sizeof((base)->field[0])))
+
 /* ---- segments ------------------------------------------------------------ */
 typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
@@ -441,7 +447,7 @@ static inline void page_set_local(page_t *pg) {
 }
 /* Where the owner's free of p (a block of a page with an owner) pushes.
  * (Acquire: the purger, having cut a cache, points its pages back at it.) */
-static inline list_t *slice_push_of(segment_t *s, size_t k) { return atomic_load_explicit(&s->slice_push[k], memory_order_acquire); }
+static inline list_t *slice_push_of(segment_t *s, size_t k) { return atomic_load_explicit(HM_ELEM(s, slice_push, k), memory_order_acquire); }
 static inline list_t *hm_push_target(const void *p) {
   return slice_push_of(segment_of(p), ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT);
 }
