@@ -192,6 +192,7 @@ void heap_unlock(heap_t *h) {
 
 void heap_enter(heap_t *h) {
   lock_raw(h);
+  if (unlikely(h->tc_parked)) tcache_resume(h);   /* the purger took the caches */
   atomic_store_explicit(&h->slow_ops, atomic_load_explicit(&h->slow_ops, memory_order_relaxed) + 1,
                         memory_order_relaxed);
   if (unlikely(atomic_load_explicit(&h->idle, memory_order_relaxed))) {

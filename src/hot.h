@@ -48,11 +48,12 @@ HM_INLINE uintptr_t list_head(list_t *l) { return atomic_load_explicit((_Atomic 
 HM_INLINE void list_set_head(list_t *l, uintptr_t b) { atomic_store_explicit((_Atomic uintptr_t *)&l->free, b, memory_order_release); }
 HM_INLINE uint32_t list_count(list_t *l) { return atomic_load_explicit(&l->used, memory_order_relaxed); }
 
-/* Take b, the head of list l, off it. */
+/* Take b, the head of list l, off it.  (Release: whoever reads the new count
+ * sees the new head, tcache_take.) */
 HM_INLINE block_t *hm_list_take(list_t *l, block_t *b) {
   list_set_head(l, b[1].word ^ l->key);
   b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
-  atomic_store_explicit(&l->used, list_count(l) + 1, memory_order_relaxed);
+  atomic_store_explicit(&l->used, list_count(l) + 1, memory_order_release);
   return b;
 }
 /* The head of list l, which is not empty. */

@@ -359,9 +359,11 @@ typedef struct rbuf_s {
  * the cache takes it to 0 as one that empties a page does. */
 typedef struct {
   list_t l;                      /* head, the heap's tc_key, room */
-  _Atomic uint32_t taken;        /* (locked; the census reads it) blocks the purger took, not
-                                    yet given back as room */
+  _Atomic uint32_t taken;        /* (locked; the census reads it) blocks the purger took
+                                    since it parked the caches */
   uint32_t room_seen;            /* room at the last decay */
+  uint32_t cut_room;             /* (parked) the room, and the first block, when the purger */
+  block_t *cut;                  /* cut the cache after that block (tcache_take) */
 } tcl_t;
 /* direct[]: (n + 15) / 16 up to 32 KiB, then one entry per 512 bytes up to
  * MEDIUM_MAX (the classes from 4 KiB are 512-byte multiples). */
@@ -377,6 +379,8 @@ typedef struct heap_s {
   page_t *current[CLASSES];      /* class -> page malloc's fast path allocates from */
   _Atomic uint8_t tc_busy;       /* the owner is appending to a buffer of remote frees */
   _Atomic uint8_t tc_stop;       /* the purger is taking the buffers: keep out */
+  bool tc_parked;                /* (locked) the purger cut the caches: malloc and free keep
+                                    out of them until the owner's next slow path */
   uintptr_t tc_key;
   _Atomic(rbuf_t *) out[RB_SLOTS]; /* blocks of other heaps this thread freed (atomic: the
                                     purger may take them, as the thread caches; relaxed) */
@@ -557,6 +561,7 @@ void tcache_process_init(bool fence);
 void tcache_init(heap_t *h);                       /* a new heap's caches, on or off */
 void tcache_flush(heap_t *h);                      /* (owner, locked) every cached block back to its page */
 void tcache_take(heap_t *h);                       /* (purger, locked) the same while the owner runs */
+void tcache_resume(heap_t *h);                     /* (owner, locked) the caches again, after a take */
 bool tcache_put(heap_t *h, page_t *pg, block_t *b);        /* (owner, locked: stats mode) push b */
 void *tcache_pop(heap_t *h, size_t c);             /* (owner, locked: stats mode) pop one */
 void *tcache_refill(heap_t *h, page_t *pg);         /* (owner, locked) an empty cache from pg */

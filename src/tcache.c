@@ -40,15 +40,20 @@
  * caches (tcache_take), while the owner may wake at any moment and push or
  * pop without a lock.  The purger, holding the heap's lock, points malloc's
  * direct[] entries and free's slice_push entries of the cached classes back
- * at the pages, and calls membarrier(), which runs a full fence on every
- * thread of the process that is on a CPU: from then on the owner's pops and
- * pushes use the pages (and its slow paths wait for the lock).  One pop or
- * push begun before may still be under way: it touches only the cache's
- * first block and head, so the purger leaves the first two blocks and cuts
- * the list after them, moving the rest onto their pages' remote lists, as
- * another thread's frees, and then points the entries at the caches again.
- * Without membarrier (a kernel before 4.14, a seccomp filter) the caches are
- * off. */
+ * at the pages (malloc's at an empty one: the slow path), and calls
+ * membarrier(), which runs a full fence on every thread of the process that
+ * is on a CPU: from then on the owner's pops and pushes use the pages (and
+ * its slow paths wait for the lock).  One pop or push begun before may still
+ * be under way, for as long as its thread is stopped (a signal handler that
+ * waits, say): that pop takes the cache's first block, that push links a
+ * block before it, and neither touches another block.  So the purger cuts
+ * each list after its first block and moves the rest onto their pages'
+ * remote lists, as another thread's frees, and the caches stay parked, out
+ * of the fast paths' reach, until the owner's next slow path (heap_enter),
+ * which tells from the head and the room what that pop or push did
+ * (tcache_resume) and points the entries at the caches again.  A thread that
+ * never calls again keeps one block of each class.  Without membarrier (a
+ * kernel before 4.14, a seccomp filter) the caches are off. */
 #include "hot.h"
 #include "options.h"
 
@@ -106,12 +111,10 @@ static uint32_t release_chain(heap_t *h, block_t *b, void (*release)(page_t *, b
   return n;
 }
 
-/* (owner, locked) The room the purger left in taken (tcache_take) back in
- * the count, and the cache doubled if the bound allows: true if it has room. */
+/* (owner, locked) Cache i doubled if it is full and the bound allows: true
+ * if it has room. */
 static bool make_room(heap_t *h, size_t i) {
   tcl_t *t = tcl_of(h, i);
-  set_room(t, room(t) + atomic_load_explicit(&t->taken, memory_order_relaxed));
-  atomic_store_explicit(&t->taken, 0, memory_order_relaxed);
   if (room(t)) return true;
   uint32_t c = cap_of(h, i), add = c < TC_MAX - c ? c : TC_MAX - c;
   size_t left = bound_kb() > h->tc_kb ? bound_kb() - h->tc_kb : 0;
@@ -142,9 +145,10 @@ void *tcache_pop(heap_t *h, size_t c) {
   return hm_list_pop(l);
 }
 
-/* Free's push filled the cache of pg's class (room 0; hot.h): the room the
- * purger left, or a doubled cap, or else the older half of the blocks go
- * back to their pages (one call per half a cache of frees, not per free). */
+/* Free's push filled the cache of pg's class (room 0; hot.h): a doubled cap,
+ * or else the older half of the blocks go back to their pages (one call per
+ * half a cache of frees, not per free).  (A push begun before the purger
+ * parked the caches may land here: heap_enter resumes them first.) */
 void tcache_full(heap_t *h, page_t *pg) {
   size_t i = (size_t)pg->cls - TC_MIN;
   heap_enter(h);
@@ -242,61 +246,100 @@ void tcache_decay(heap_t *h, uint64_t now) {
 }
 
 void tcache_flush(heap_t *h) {
+  if (h->tc_parked) tcache_resume(h);             /* (the thread's exit: not via heap_enter) */
   for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
 }
 
 /* The successor of b1, the first block of a cache the owner may be popping
  * (tcache_take): read apart from the owner, whose pop may hand b1 to the
- * program as this reads; the caller checks that the cache's head did not
- * change meanwhile, so that what it read was still the link. */
+ * program as this reads; the caller checks that the cache did not change
+ * meanwhile, so that what it read was still the link. */
 __attribute__((no_sanitize("thread"))) static uintptr_t first_link(const block_t *b1) {
   uintptr_t v = *(const volatile uintptr_t *)&b1[1].word;
   atomic_thread_fence(memory_order_acquire);
   return v;
 }
+/* b1's link made the end of the list, while that pop may read it (it then
+ * sets the head to NULL instead of b1's old successor: tcache_resume tells
+ * both apart from the room). */
+__attribute__((no_sanitize("thread"))) static void cut_link(block_t *b1, uintptr_t end) {
+  *(volatile uintptr_t *)&b1[1].word = end;
+}
 
 /* (purger, locked) Cache i of h, which malloc and free no longer reach but
  * for one pop or push that may have begun before (tcache_take): the blocks
- * beyond its first two go, as another thread's frees.  That pop takes the
- * first block and reads its link, that push links a block before the first;
- * so the first two stay and the second's link is cut.  The room the others
- * leave waits in taken for the owner (make_room). */
-static void take_beyond_two(heap_t *h, size_t i) {
+ * beyond its first go, as another thread's frees.  The first block and the
+ * room, read as of one moment (the owner writes the head before the room,
+ * and the room with release), tell tcache_resume what that pop or push did.
+ * A pop or push that has written the head but not yet the room is read as
+ * not begun: its block is then the first. */
+static void cut_after_first(heap_t *h, size_t i) {
   tcl_t *t = tcl_of(h, i);
-  uintptr_t w, n1;
-  block_t *b1;
+  uint32_t r;
+  uintptr_t w, next;
   do {
+    r = atomic_load_explicit(&t->l.used, memory_order_acquire);
     w = atomic_load_explicit(head_of(t), memory_order_acquire);
-    if (!(b1 = (block_t *)w)) return;
-    n1 = first_link(b1) ^ t->l.key;
-  } while (atomic_load_explicit(head_of(t), memory_order_acquire) != w);
-  block_t *b2 = (block_t *)n1;
-  if (!b2) return;
-  block_t *rest = (block_t *)(b2[1].word ^ t->l.key);
-  b2[1].word = t->l.key;                              /* the end of the list */
-  uint32_t n = release_chain(h, rest, page_free_remote);
+    next = w ? first_link((const block_t *)w) ^ t->l.key : 0;
+  } while (atomic_load_explicit(head_of(t), memory_order_acquire) != w ||
+           atomic_load_explicit(&t->l.used, memory_order_acquire) != r);
+  t->cut = (block_t *)w;
+  t->cut_room = r;
+  if (!next) return;
+  cut_link((block_t *)w, t->l.key);                 /* the end of the list */
+  uint32_t n = release_chain(h, (block_t *)next, page_free_remote);
   atomic_store_explicit(&t->taken, atomic_load_explicit(&t->taken, memory_order_relaxed) + n, memory_order_relaxed);
 }
 
 /* The purger takes a quiet heap's caches, and its buffers of other heaps'
- * blocks (remote.c). */
+ * blocks (remote.c).  The caches stay parked until the owner resumes them. */
 void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
-  bool caches = any_held(h);
+  bool caches = !h->tc_parked && any_held(h);
   if (!caches && !remote_held(h)) return;
   if (caches) heap_route_caches(h, false);          /* malloc and free keep out of them */
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);     /* and of the buffers */
   if (os_membarrier()) {
-    if (caches)
-      for (size_t i = 0; i < TC_CLASSES; i++) take_beyond_two(h, i);
+    if (caches) {
+      for (size_t i = 0; i < TC_CLASSES; i++) cut_after_first(h, i);
+      h->tc_parked = true;
+    }
     /* the owner busy: not quiet after all, its buffers stay */
     if (!atomic_load_explicit(&h->tc_busy, memory_order_acquire))
       for (size_t i = 0; i < RB_SLOTS; i++) out[i] = atomic_exchange_explicit(&h->out[i], NULL, memory_order_relaxed);
+  } else if (caches) {
+    heap_route_caches(h, true);
   }
-  if (caches) heap_route_caches(h, true);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
   for (size_t i = 0; i < RB_SLOTS; i++)
     if (out[i]) remote_send(out[i]);
+}
+
+/* (owner, locked) The caches after the purger's cut, then malloc and free
+ * use them again.  The owner runs no pop or push now, so what the one under
+ * way at the cut did is done, and head and room tell what it was: the head
+ * still the cut block, nothing (or it ended as the cut was read); the room one
+ * less, a push, whose block is linked before the cut one; else a pop, which
+ * took the cut block and left a head that is no longer the cache's. */
+void tcache_resume(heap_t *h) {
+  for (size_t i = 0; i < TC_CLASSES; i++) {
+    tcl_t *t = tcl_of(h, i);
+    block_t *cut = t->cut;
+    uint32_t n;
+    if (head(t) == cut) {
+      n = cut != NULL;
+    } else if (room(t) + 1 == t->cut_room) {
+      n = 1 + (cut != NULL);
+    } else {
+      set_head(t, NULL);
+      n = 0;
+    }
+    set_room(t, cap_of(h, i) - n);
+    atomic_store_explicit(&t->taken, 0, memory_order_relaxed);
+    t->cut = NULL;
+  }
+  h->tc_parked = false;
+  heap_route_caches(h, true);
 }
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {

@@ -202,9 +202,8 @@ TEST(thread_exit_empties_its_cache) {
 }
 
 /* A thread fills its caches and waits, calling nothing: the purger must take
- * them, all but the first two blocks of each (a pop or push of the owner's
- * may have begun: tcache_take).  Then it allocates again, from its caches
- * and pages. */
+ * them, all but the first block of each (a pop of the owner's may have begun:
+ * tcache_take).  Then it allocates again, from its caches and pages. */
 static pthread_barrier_t bar;
 static void *fill_and_wait(void *arg) {
   (void)arg;
@@ -233,9 +232,9 @@ TEST(purger_empties_a_quiet_threads_cache) {
   size_t full = stats().thread_cached;
   uint64_t t0 = test_now_ms();
   size_t now = full;
-  size_t two = 0;                           /* two blocks of each class */
-  for (size_t s = 0; s < NSIZES; s++) two += 2 * sizes[s];
-  while ((now = stats().thread_cached) > two && test_now_ms() - t0 < 3000) test_sleep_ms(2);
+  size_t one = 0;                           /* one block of each class */
+  for (size_t s = 0; s < NSIZES; s++) one += sizes[s];
+  while ((now = stats().thread_cached) > one && test_now_ms() - t0 < 3000) test_sleep_ms(2);
   uint64_t ms = test_now_ms() - t0;
   pthread_barrier_wait(&bar);
   void *bad;
@@ -243,8 +242,8 @@ TEST(purger_empties_a_quiet_threads_cache) {
   pthread_barrier_destroy(&bar);
   NOTE("%zu KiB cached by the quiet thread, %zu KiB %llu ms later", full >> 10, now >> 10, (unsigned long long)ms);
   if (test_thread_caches_possible()) CHECKF(full > 0, "nothing cached");
-  CHECKF(now <= two, "%zu KiB still cached %llu ms after the thread went quiet (two a class: %zu KiB)", now >> 10,
-         (unsigned long long)ms, two >> 10);
+  CHECKF(now <= one, "%zu KiB still cached %llu ms after the thread went quiet (one a class: %zu KiB)", now >> 10,
+         (unsigned long long)ms, one >> 10);
   CHECKF(bad == NULL, "%d blocks corrupted after the purger took the caches", (int)(intptr_t)bad);
 }
 
