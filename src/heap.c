@@ -547,15 +547,19 @@ void heap_collect_all(heap_t *h) {
 }
 
 /* Give pg back if no thread can reach it (but 'elsewhere' of its blocks are
- * known free).  A queue's first page is left alone: malloc's fast path
- * allocates from it.  A page on a delayed list may have been unparked by its
+ * known free).  A queue's first page is left alone where malloc's fast path
+ * allocates from it; a class with a thread cache refills the cache from it
+ * on the slow path, locked, so there it goes too, even all free (kept for
+ * the next refill).  A page on a delayed list may have been unparked by its
  * owner since, so its flag tells which list it is on. */
 static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
   bool parked = pg->flags & PAGE_FULL;
-  if (!parked && h->queue[pg->cls].first == pg) return false;
-  if (!pg->spare && !page_unreachable(pg, elsewhere)) return false;
+  bool first = !parked && h->queue[pg->cls].first == pg;
+  if (first && !tcache_fast(pg->cls)) return false;
+  if (!pg->spare && !(first && page_used(pg) == 0) && !page_unreachable(pg, elsewhere)) return false;
   spare_drop(h, pg);
-  pageq_remove(parked ? &h->full : &h->queue[pg->cls], pg);
+  if (parked) pageq_remove(&h->full, pg);
+  else queue_remove(h, pg);
   segment_page_free(pg);
   stat_os(STAT_TRIMMED);
   return true;
