@@ -2,16 +2,17 @@
  * and its life cycle (creation on first use, abandonment at thread exit, fork).
  *
  * Each size class has a queue of pages that may have free blocks; the first is
- * the page malloc allocates from (heap->current points at it).
+ * the page malloc allocates from (its direct[] entries point at it, or at the
+ * class's thread cache, which refills from it).
  * A page found full is parked on heap->full with its thread_free state set to
  * TF_NOTIFY, so the first remote free into it tells the heap (page.c).
  *
  * The owner's slow paths run under heap->lock (heap_enter/heap_leave); the
  * only other taker is the purger (purge.c), trimming a heap whose thread has
  * gone quiet.  The fast paths take no lock: the purger leaves alone the first
- * page of each queue (the only pages malloc's fast path allocates from) and
- * every page that still has a block in use (the only pages free's could
- * reach), so the owner's queue heads and current pages are the owner's alone. */
+ * page of each queue of a class without a thread cache (the only pages
+ * malloc's fast path allocates from) and every page that still has a block in
+ * use (the only pages free's could reach). */
 #include "hot.h"
 #include "options.h"
 #include "stats.h"
@@ -49,8 +50,7 @@ _Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
-heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list },
-                         .current = { [0 ... CLASSES - 1] = &hm_page_empty } };
+heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -59,14 +59,11 @@ static heap_t *_Atomic heaps_all; /* every heap struct ever made (for the purger
 static heap_t *heaps_free;       /* structs of exited threads, for reuse */
 static _Atomic int atfork_registered;
 
-/* ---- queues and the current pages ---------------------------------------- */
+/* ---- queues and the pages malloc pops ------------------------------------- */
 
 /* Large pages hold one block and live on the full list; only class pages queue. */
 static pageq_t *queue_of(heap_t *h, page_t *pg) { return &h->queue[pg->cls]; }
 
-/* Point current[c] at the first page of class c (or the empty page).  In
- * slow mode it stays empty: every malloc then takes the slow path, where it
- * is counted or checked, and the fast path pays nothing. */
 static void spare_reuse(heap_t *h, page_t *pg);
 
 /* direct[] entries of each class: direct_first[c] .. direct_first[c + 1] - 1 */
@@ -75,8 +72,12 @@ static uint16_t direct_first[CLASSES + 1];
 static void set_direct(heap_t *h, size_t c, list_t *l) {
   for (size_t i = direct_first[c]; i < direct_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
 }
+/* Point malloc's entries of class c at pg, the first page of its queue (or
+ * the empty page), unless they point at the class's thread cache.  In slow
+ * mode they stay at the empty page (current_update): every malloc then takes
+ * the slow path, where it is counted or checked, and the fast path pays
+ * nothing. */
 static void set_current(heap_t *h, size_t c, page_t *pg) {
-  h->current[c] = pg;
   if (c < CLASS_4K || !tcache_fast(c)) set_direct(h, c, &pg->list);
 }
 
@@ -116,7 +117,7 @@ static void queue_push(heap_t *h, page_t *pg, bool front) {
 }
 
 /* Park a full page; false if remote frees arrived meanwhile (collect those).
- * (find_page points current[] at the queue's new first page afterwards.) */
+ * (find_page points malloc's entries at the queue's new first page afterwards.) */
 static bool page_park(heap_t *h, page_t *pg) {
   if (!page_try_notify(pg)) return false;
   pageq_remove(queue_of(h, pg), pg);

@@ -376,7 +376,6 @@ static inline size_t direct_size(size_t i) { return i <= DIRECT_16_MAX / 16 ? i 
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
 typedef struct heap_s {
-  page_t *current[CLASSES];      /* class -> page malloc's fast path allocates from */
   _Atomic uint8_t tc_busy;       /* the owner is appending to a buffer of remote frees */
   _Atomic uint8_t tc_stop;       /* the purger is taking the buffers: keep out */
   bool tc_parked;                /* (locked) the purger cut the caches: malloc and free keep
@@ -418,8 +417,8 @@ typedef struct heap_s {
   _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
   list_t *_Atomic direct[DIRECT_N]; /* DIRECT_BIG's index of a size -> the list malloc pops:
-                                    current[class] for the small classes (set_current keeps
-                                    it), the thread cache from 4 KiB.  Kept when the struct
+                                    the first page of the class's queue for the small classes
+                                    (set_current), the thread cache from 4 KiB.  Kept when the struct
                                     is recycled: the cache entries stay the same (20 KiB) */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */

@@ -81,8 +81,6 @@ TEST(page_lookup_every_class) {
   }
 }
 
-/* malloc's fast path finds a small size's page in direct[], which must be
- * current[] of its class, as the pages change. */
 /* Free's block-start test (hm_block_start: one multiply and one compare)
  * against the arithmetic it stands for: for every class, every offset from
  * two blocks before the page's start to two after its carved blocks, at
@@ -124,7 +122,13 @@ TEST(block_start_test_is_exact) {
   }
 }
 
-TEST(direct_pages_follow_current) {
+/* malloc's fast path finds a small size's page in direct[], which must be
+ * the first page of its class's queue (or the empty page), as the pages
+ * change. */
+static list_t *first_list(heap_t *h, size_t c) {
+  return h->queue[c].first ? &h->queue[c].first->list : &hm_page_empty.list;
+}
+TEST(direct_pages_follow_the_queues) {
   heap_t *h = hm_tls_heap;
   void *keep[CLASS_4K][40];
   for (int round = 0; round < 40; round++) {
@@ -132,21 +136,21 @@ TEST(direct_pages_follow_current) {
     h = hm_tls_heap;
     for (size_t i = 0; i <= SMALL_MAX / 16; i++) {
       size_t c = size_class(i * 16);
-      CHECKF(h->direct[i] == &h->current[c]->list, "size %zu: direct list %p, current page of class %zu %p", i * 16,
-             (void *)h->direct[i], c, (void *)h->current[c]);
-      if (h->direct[i] != &h->current[c]->list) return;
+      CHECKF(h->direct[i] == first_list(h, c), "size %zu: direct list %p, first page of class %zu %p", i * 16,
+             (void *)h->direct[i], c, (void *)first_list(h, c));
+      if (h->direct[i] != first_list(h, c)) return;
     }
   }
   for (size_t c = 0; c < CLASS_4K; c++)
     for (int round = 0; round < 40; round++) hakmem_free(keep[c][round]);
   for (size_t i = 0; i <= SMALL_MAX / 16; i++)
-    CHECKF(h->direct[i] == &h->current[size_class(i * 16)]->list, "size %zu: direct page not current after the frees",
+    CHECKF(h->direct[i] == first_list(h, size_class(i * 16)), "size %zu: direct page not the first after the frees",
            i * 16);
   /* above 3.5 KiB: the thread cache of the size's class (its pop line), or
-   * with the caches off the class's current page */
+   * with the caches off the class's first page */
   for (size_t i = SMALL_MAX / 16 + 1; i < DIRECT_N; i++) {
     size_t n = direct_size(i), c = size_class(n);
-    list_t *want = tcache_fast(c) ? &h->tc[c - TC_MIN].l : &h->current[c]->list;
+    list_t *want = tcache_fast(c) ? &h->tc[c - TC_MIN].l : first_list(h, c);
     if (h->direct[i] != want) {
       CHECKF(0, "size %zu (entry %zu): list %p, not class %zu's %p", n, i, (void *)h->direct[i], c, (void *)want);
       break;
