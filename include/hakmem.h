@@ -45,7 +45,8 @@ typedef struct hakmem_stats_s {
   size_t cached;          /* of mapped: empty segments and freed big blocks kept for reuse */
   size_t purged;          /* bytes returned to the OS (madvise) since start */
   size_t segments;        /* 4 MiB segments mapped */
-  size_t huge_blocks;     /* live blocks above 2 MiB (each has its own mapping) */
+  size_t huge_blocks;     /* live blocks with a mapping of their own (above 4032 KiB, or
+                             grown by realloc past 2 MiB) */
   size_t threads;         /* threads that have a heap */
   size_t mmap_calls, munmap_calls, madvise_calls, mremap_calls, mprotect_calls;
   size_t mallocs, frees;  /* (stats) allocations and frees since start */

@@ -263,7 +263,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
     heap_leave(hm_tls_heap);
     if (resized) return p;
   }
-  if (pg->cls == CLASS_HUGE && n > LARGE_MAX && s->huge_offset == 0) {
+  if (pg->cls == CLASS_HUGE && n > GROW_HUGE && s->huge_offset == 0) {
     void *q = segment_huge_resize(s, pg, n);
     if (q) return q;
   }

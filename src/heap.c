@@ -401,7 +401,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
   segment_caches_tick(0);
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
-  if (n <= LARGE_MAX && slack <= LARGE_MAX) {
+  if (n <= (grow ? GROW_HUGE : LARGE_MAX) && slack <= LARGE_MAX) {
     size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
     if (slices < SLICES) {
       page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE, !grow);

@@ -68,13 +68,16 @@
  * up to 256 KiB, and one more at 4.5 KiB: buffers of a 4 KiB page and a small
  * header are common (sqlite3's page cache: 4104-4368 bytes), and would waste
  * a fifth of their size in the 5 KiB class.  Bigger blocks are "large" (one
- * block on a run of slices of a segment) up to LARGE_MAX, then "huge" (a
- * segment of their own). */
+ * block on a run of slices of a segment) up to LARGE_MAX, a segment but its
+ * header, then "huge" (a segment of their own).  A buffer that realloc grows
+ * past GROW_HUGE becomes huge, which mremap grows without copying (a large
+ * one that cannot grow in place is copied). */
 #define CLASSES       53
 #define CLASS_4K      27                        /* class_size(CLASS_4K) == 4096 */
 #define SIZE_4K5      ((size_t)4608)            /* the next class, the one off the grid */
 #define MEDIUM_MAX    ((size_t)256 << 10)       /* largest size class */
-#define LARGE_MAX     (SEG_SIZE / 2)
+#define LARGE_MAX     (SEG_SIZE - SLICE_SIZE)
+#define GROW_HUGE     (SEG_SIZE / 2)
 #define CLASS_LARGE   CLASSES                   /* page kinds beyond the classes */
 #define CLASS_HUGE    (CLASSES + 1)
 #define MAX_ALIGN_IN_CLASS SLICE_SIZE           /* pages start on slice boundaries */

@@ -25,7 +25,7 @@ static const struct option_def {
   { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024,
     "empty 4 MiB segments kept mapped (and purged) for reuse before unmapping" },
   { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20,
-    "MiB of freed blocks above 2 MiB kept mapped for reuse (purged after the delay)" },
+    "MiB of freed blocks with a mapping of their own (above 4032 KiB, or grown by realloc past 2 MiB) kept mapped for reuse (purged after the delay)" },
   { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20,
     "KiB of freed 4-256 KiB blocks each thread may keep for its next mallocs (a class's blocks given back after a second unused); 0: none" },
   { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1,

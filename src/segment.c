@@ -2,7 +2,8 @@
  *
  * A normal segment (SEG_SIZE, aligned) belongs to one heap and hands out runs
  * of 64 KiB slices as pages.  A huge segment holds a single block bigger than
- * LARGE_MAX and belongs to no heap: any thread may free it.  Freed slices stay
+ * LARGE_MAX (or a buffer realloc grew past GROW_HUGE) and belongs to no heap:
+ * any thread may free it.  Freed slices stay
  * mapped but are purged (MADV_DONTNEED) once they have been free for
  * purge_delay_ms; an empty segment goes at once to a small cache shared by
  * all threads (still resident, so the next thread to need a segment gets warm

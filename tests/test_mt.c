@@ -415,7 +415,7 @@ TEST(free_racing_owner_exit) {
 }
 
 /* ---- big blocks across threads, with malloc_trim running meanwhile --------
- * Large (256 KiB - 2 MiB) and huge (> 2 MiB) blocks, some calloc'd (must read
+ * Large (256 KiB - 4032 KiB) and huge blocks, some calloc'd (must read
  * zero although freed dirty blocks are cached and reused by other threads),
  * some aligned to 64 KiB - 8 MiB, grown and shrunk by realloc by a thread
  * that did not allocate them, then freed by a third. */
