@@ -271,8 +271,8 @@ __attribute__((no_sanitize("thread"))) static void cut_link(block_t *b1, uintptr
  * beyond its first go, as another thread's frees.  The first block and the
  * room, read as of one moment (the owner writes the head before the room,
  * and the room with release), tell tcache_resume what that pop or push did.
- * A pop or push that has written the head but not yet the room is read as
- * not begun: its block is then the first. */
+ * One that has written the head but not yet the room is read as ended: the
+ * head it wrote is then the cut block, which tcache_resume finds in place. */
 static void cut_after_first(heap_t *h, size_t i) {
   tcl_t *t = tcl_of(h, i);
   uint32_t r;
