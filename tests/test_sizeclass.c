@@ -270,32 +270,32 @@ TEST(huge_blocks) {
 }
 
 /* A block up to a segment less its header is a run of slices: 3 MiB shares
- * a segment, mapped in batches, where it took a mapping of its own.  But a
- * buffer that realloc grows past 2 MiB (to 3 MiB here) moves to a mapping of
- * its own, which mremap then grows: no copy at each move. */
+ * a segment, mapped in batches, where it took a mapping of its own.  But
+ * where realloc must move a buffer to grow it past 2 MiB, the buffer gets a
+ * mapping of its own, which mremap then grows: no copy at each move
+ * (heap_malloc_grow, realloc's allocation for a moving buffer). */
+static unsigned class_at(void *p) { return page_of(segment_checked(p), p)->cls; }
 TEST(blocks_up_to_a_segment_are_large) {
-  page_t *pg;
   void *p = hakmem_malloc(3u << 20);
   CHECK(p != NULL);
   if (!p) return;
-  pg = page_of(segment_of(p), p);
-  CHECKF(pg->cls == CLASS_LARGE && hm_segmap[(uintptr_t)p >> SEG_SHIFT] == SEGMAP_NORMAL,
-         "3 MiB: class %u (large %u)", pg->cls, CLASS_LARGE);
+  CHECKF(class_at(p) == CLASS_LARGE && hm_segmap[(uintptr_t)p >> SEG_SHIFT] == SEGMAP_NORMAL,
+         "3 MiB: class %u (large %u)", class_at(p), CLASS_LARGE);
+  hakmem_free(p);
+  p = hakmem_malloc(LARGE_MAX);
+  CHECK(p != NULL && class_at(p) == CLASS_LARGE);
   hakmem_free(p);
   p = hakmem_malloc(LARGE_MAX + 1);
-  CHECK(p != NULL && page_of(segment_checked(p), p)->cls == CLASS_HUGE);
+  CHECK(p != NULL && class_at(p) == CLASS_HUGE);
   hakmem_free(p);
-  unsigned char *b = hakmem_malloc(1u << 20);
-  CHECK(b != NULL);
-  if (!b) return;
-  size_t n = 1u << 20;
-  b[0] = 42;
-  for (; n < (3u << 20) && b; n += 64 << 10) b = hakmem_realloc(b, n + (64 << 10));
-  CHECK(b != NULL);
-  if (!b) return;
-  pg = page_of(segment_checked(b), b);
-  CHECKF(pg->cls == CLASS_HUGE && b[0] == 42, "a buffer grown to %zu bytes: class %u (huge %u)", n, pg->cls, CLASS_HUGE);
-  hakmem_free(b);
+  p = heap_malloc_grow(hm_tls_heap, GROW_HUGE);
+  CHECK(p != NULL && class_at(p) == CLASS_LARGE);
+  hakmem_free(p);
+  p = heap_malloc_grow(hm_tls_heap, GROW_HUGE + 1);
+  CHECKF(p != NULL && class_at(p) == CLASS_HUGE, "a moving buffer of 2 MiB + 1: class %u (huge %u)", class_at(p),
+         CLASS_HUGE);
+  hakmem_free(p);
+  hakmem_malloc_trim(0);                       /* the freed huge blocks: not for the next tests */
 }
 
 /* A buffer that doubles frees its old copy once it has moved: that copy is
