@@ -674,7 +674,11 @@ heap_t *heap_get(void) {
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
-  purge_want();                      /* a second thread: start the purger on this malloc's way out */
+  /* A second thread: start the purger on this malloc's way out.  Or have it
+   * watch this heap: asleep, with every other heap found idle, it would not
+   * look at this one until it is armed again, and a thread that allocates,
+   * is sent its blocks back and then waits would keep them (test_purge). */
+  purge_arm(os_now_ms() + (uint64_t)hm_options.purge_delay_ms);
   if (!atomic_exchange(&atfork_registered, 1)) pthread_atfork(fork_prepare, fork_parent, fork_child);
   return h;
 }
