@@ -101,7 +101,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
   if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
   if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_SENT);
   page_free_remote(pg, (block_t *)p);
-  if (owner && unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
+  if (owner && unlikely(heap_idle(owner))) heap_wake_idle(owner);
 }
 
 /* ---- the API -------------------------------------------------------------- */

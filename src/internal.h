@@ -546,6 +546,11 @@ void    heap_unlock(heap_t *h);
 void    heap_page_retire_locked(heap_t *h, page_t *pg);
 void    heap_collect_all(heap_t *h);                /* (owner, locked) collect everything, free empty pages */
 void    heap_wake_idle(heap_t *h);                 /* a remote free reached a heap the purger trimmed */
+/* Did the purger find h idle?  A thread that sent h blocks asks after the
+ * push onto h's list (sequentially consistent, as this load), and the purger
+ * marks h idle and fences before it looks at those lists (purge.c): so either
+ * it sees the blocks, or the sender sees the mark and wakes it. */
+static inline bool heap_idle(heap_t *h) { return atomic_load_explicit(&h->idle, memory_order_seq_cst); }
 bool    heap_trim_idle(heap_t *h);                 /* (purger, locked) take back unreachable pages */
 heap_t *heap_first(void);                          /* the registry of heaps, for the purger */
 void   *heap_malloc_slow(heap_t *h, size_t n, size_t c);   /* c: n's class, or CLASS_LARGE above them */

@@ -177,8 +177,8 @@ void page_free_remote(page_t *pg, block_t *b) {
     }
     b[1].word = enc(pg, TF_PTR(tf));
     if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
-                                              memory_order_release, memory_order_relaxed))
-      return;
+                                              memory_order_seq_cst, memory_order_relaxed))
+      return;   /* (sequentially consistent: the caller asks heap_idle next) */
   }
 }
 
@@ -190,7 +190,7 @@ void delayed_push(heap_t *h, block_t *first, block_t *last) {
   uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
   do block_set_free(lp, last, d);
   while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, (uintptr_t)first,
-                                                memory_order_release, memory_order_relaxed));
+                                                memory_order_seq_cst, memory_order_relaxed));
 }
 
 /* Wait until no remote thread is in the middle of handing a block of pg to

@@ -87,9 +87,17 @@ static uint64_t pass(uint64_t *poll) {
     uint64_t ops = atomic_load_explicit(&h->slow_ops, memory_order_relaxed);
     if (ops != h->seen_ops) { h->seen_ops = ops; watching = true; continue; }   /* busy: it trims itself */
     if (!heap_trylock(h)) { watching = true; continue; }
+    /* Idle before the trim looks at what other threads sent the heap (its
+     * inbox, delayed list, pages' remote lists): one that sends after the
+     * look sees the mark and wakes the purger (heap_idle).  Marked after the
+     * look, a send in between waited for the owner's next slow path. */
+    atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
     if (h->live) trimmed |= heap_trim_idle(h);
-    if (h->live && h->next_purge_ms) next = min_due(next, h->next_purge_ms);
-    else atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
+    if (h->live && h->next_purge_ms) {
+      next = min_due(next, h->next_purge_ms);
+      atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
+    }
     heap_unlock(h);
   }
   size_t abandoned;                          /* (their late remote frees reach nobody) */

@@ -59,8 +59,8 @@ static bool push_one(page_t *pg, block_t *b, heap_t *owner) {
     if (unlikely(tf & TF_MASK)) { b[0].word = data; return false; }
     b[1].word = enc(pg, TF_PTR(tf));
   } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
-                                                  memory_order_release, memory_order_relaxed));
-  if (unlikely(atomic_load_explicit(&owner->idle, memory_order_relaxed))) heap_wake_idle(owner);
+                                                  memory_order_seq_cst, memory_order_relaxed));
+  if (unlikely(heap_idle(owner))) heap_wake_idle(owner);
   return true;
 }
 
@@ -136,8 +136,8 @@ void remote_send(rbuf_t *o) {
     o->next = top;
     atomic_store_explicit(&o->depth, (top ? atomic_load_explicit(&top->depth, memory_order_relaxed) : 0) + 1,
                           memory_order_relaxed);
-  } while (!atomic_compare_exchange_weak_explicit(&to->inbox, &top, o, memory_order_acq_rel, memory_order_acquire));
-  if (unlikely(atomic_load_explicit(&to->idle, memory_order_relaxed))) heap_wake_idle(to);
+  } while (!atomic_compare_exchange_weak_explicit(&to->inbox, &top, o, memory_order_seq_cst, memory_order_acquire));
+  if (unlikely(heap_idle(to))) heap_wake_idle(to);
 }
 
 /* free's fast path found no room for b (a block of pg, owned by to) in h's
