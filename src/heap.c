@@ -678,7 +678,7 @@ heap_t *heap_get(void) {
    * watch this heap: asleep, with every other heap found idle, it would not
    * look at this one until it is armed again, and a thread that allocates,
    * is sent its blocks back and then waits would keep them (test_purge). */
-  purge_arm(os_now_ms() + (uint64_t)hm_options.purge_delay_ms);
+  purge_watch();
   if (!atomic_exchange(&atfork_registered, 1)) pthread_atfork(fork_prepare, fork_parent, fork_child);
   return h;
 }

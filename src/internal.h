@@ -591,6 +591,7 @@ void remote_take(heap_t *h);                       /* (purger, locked) h's inbox
 /* purge.c: the background thread that returns the memory of idle heaps */
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
 void purge_want(void);                             /* multi-threaded: the thread should run */
+void purge_watch(void);                            /* a new heap: the purger must look at it */
 bool purge_running(void);                          /* it runs: it keeps deadlines armed */
 bool multi_threaded(void);                         /* the process has had a second thread */
 extern _Atomic int hm_purge_wanted;                /* start it at the next safe point */

@@ -74,6 +74,25 @@ void purge_arm(uint64_t when) {
   pthread_mutex_unlock(&wake_lock);
 }
 
+/* A new heap (heap_get): the purger asleep with nothing to watch would not
+ * look at it until armed, so have it look after one poll; otherwise its next
+ * look sees the heap anyway.  (Not purge_arm: a thread starting is no reason
+ * to watch closely again, and a program that starts thousands a second,
+ * larson-like, would have it pass over every heap every few milliseconds.) */
+void purge_watch(void) {
+  if (atomic_load_explicit(&state, memory_order_acquire) != RUNNING) {
+    purge_want();
+    return;
+  }
+  if (atomic_load_explicit(&wake_ms, memory_order_relaxed)) return;
+  pthread_mutex_lock(&wake_lock);
+  if (!atomic_load_explicit(&wake_ms, memory_order_relaxed)) {
+    atomic_store_explicit(&wake_ms, os_now_ms() + poll_base(), memory_order_relaxed);
+    pthread_cond_signal(&wake_cond);
+  }
+  pthread_mutex_unlock(&wake_lock);
+}
+
 static uint64_t min_due(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
 
 /* One look at every heap and at the abandoned segments; returns when to look
