@@ -57,7 +57,9 @@ void purge_want(void) {
 
 bool purge_running(void) { return atomic_load_explicit(&state, memory_order_relaxed) == RUNNING; }
 
-void purge_arm(uint64_t when) {
+/* Have the purger look at the heaps by when (closely: and watch closely
+ * again, its poll back at the start). */
+static void wake_by(uint64_t when, bool closely) {
   if (atomic_load_explicit(&state, memory_order_acquire) != RUNNING) {
     purge_want();
     return;                                  /* its first pass looks at everything */
@@ -68,11 +70,13 @@ void purge_arm(uint64_t when) {
   w = atomic_load_explicit(&wake_ms, memory_order_relaxed);
   if (!w || when < w) {
     atomic_store_explicit(&wake_ms, when, memory_order_relaxed);
-    armed = true;
+    armed |= closely;
     pthread_cond_signal(&wake_cond);
   }
   pthread_mutex_unlock(&wake_lock);
 }
+
+void purge_arm(uint64_t when) { wake_by(when, true); }
 
 /* A new heap (heap_get): the purger asleep with nothing to watch would not
  * look at it until armed, so have it look after one poll; otherwise its next
@@ -80,17 +84,7 @@ void purge_arm(uint64_t when) {
  * to watch closely again, and a program that starts thousands a second,
  * larson-like, would have it pass over every heap every few milliseconds.) */
 void purge_watch(void) {
-  if (atomic_load_explicit(&state, memory_order_acquire) != RUNNING) {
-    purge_want();
-    return;
-  }
-  if (atomic_load_explicit(&wake_ms, memory_order_relaxed)) return;
-  pthread_mutex_lock(&wake_lock);
-  if (!atomic_load_explicit(&wake_ms, memory_order_relaxed)) {
-    atomic_store_explicit(&wake_ms, os_now_ms() + poll_base(), memory_order_relaxed);
-    pthread_cond_signal(&wake_cond);
-  }
-  pthread_mutex_unlock(&wake_lock);
+  if (!atomic_load_explicit(&wake_ms, memory_order_relaxed)) wake_by(os_now_ms() + poll_base(), false);
 }
 
 static uint64_t min_due(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
