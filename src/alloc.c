@@ -279,7 +279,11 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   }
   if (!q && !(q = hm_malloc_fast(n))) return NULL;
   memcpy(q, p, n < usable ? n : usable);
-  hm_free_block(p, false);   /* a buffer's old size: not worth a thread cache's room */
+  /* The old block goes to its page (a buffer's old size is not worth a
+   * thread cache's room); a cached class's page only under the heap lock,
+   * as the purger may be giving those pages back (tcache.c). */
+  if (pg->cls < CLASSES && tcache_fast(pg->cls)) hm_free_slow(p, false);
+  else hm_free_block(p, false);
   return q;
 }
 

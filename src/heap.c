@@ -81,15 +81,16 @@ static void set_current(heap_t *h, size_t c, page_t *pg) {
   if (c < CLASS_4K || !tcache_fast(c)) set_direct(h, c, &pg->list);
 }
 
-/* (purger, locked: tcache_take) Point malloc's entries and free's pushes of
- * the classes with a thread cache at their pages (!to_caches) and back. */
+/* (purger, locked: tcache_take) Point malloc's entries of the classes with a
+ * thread cache at the empty page and free's pushes at the sink (!to_caches),
+ * so that either calls out at once; and back at the caches. */
 void heap_route_caches(heap_t *h, bool to_caches) {
   for (size_t c = TC_MIN; c < CLASSES; c++) {
     if (!tcache_fast(c)) continue;
     set_direct(h, c, to_caches ? &h->tc[c - TC_MIN].l : &hm_page_empty.list);
     for (page_t *pg = h->queue[c].first; pg; pg = pg->next)
       if (to_caches) page_set_local(pg);
-      else page_set_push(pg, &pg->list);
+      else page_set_push(pg, &h->tc_sink);
   }
 }
 
@@ -216,8 +217,9 @@ void heap_wake_idle(heap_t *h) {
  * is the one the class allocates from and at most KEEP_SLICES long (so a
  * malloc/free ping-pong does not re-carve it each time; a bigger page goes
  * back to its segment, where any class can reuse its slices); otherwise give
- * its slices back.  Only the owner changes a queue's first page: the test
- * needs no lock. */
+ * its slices back.  The test needs no lock: only the owner changes a queue's
+ * first page, but for the purger's of a class with a thread cache, whose
+ * pages the owner's fast paths do not free into (tcache.c). */
 #define KEEP_SLICES 4
 void heap_page_retire(heap_t *h, page_t *pg) {
   if (pg->cls < CLASSES && h->queue[pg->cls].first == pg && pg->slices <= KEEP_SLICES) return;
@@ -550,9 +552,10 @@ void heap_collect_all(heap_t *h) {
 /* Give pg back if no thread can reach it (but 'elsewhere' of its blocks are
  * known free).  A queue's first page is left alone where malloc's fast path
  * allocates from it; a class with a thread cache refills the cache from it
- * on the slow path, locked, so there it goes too, even all free (kept for
- * the next refill).  A page on a delayed list may have been unparked by its
- * owner since, so its flag tells which list it is on. */
+ * on the slow path, locked, and its frees go to the cache or (caches
+ * parked) the sink, never to the page, so there it goes too, even all free
+ * (kept for the next refill).  A page on a delayed list may have been
+ * unparked by its owner since, so its flag tells which list it is on. */
 static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
   bool parked = pg->flags & PAGE_FULL;
   bool first = !parked && h->queue[pg->cls].first == pg;

@@ -388,6 +388,8 @@ typedef struct heap_s {
                                     purger may take them, as the thread caches; relaxed) */
   tcl_t tc[TC_CLASSES];          /* thread caches of classes TC_MIN.. (the purger may cut
                                     them, tcache_take) */
+  list_t tc_sink;                /* where the owner's frees of those classes go while the
+                                    caches are parked: the first calls out (tcache_full) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */

@@ -39,11 +39,15 @@
  * would pin the pages of its cached blocks for good, so the purger takes its
  * caches (tcache_take), while the owner may wake at any moment and push or
  * pop without a lock.  The purger, holding the heap's lock, points malloc's
- * direct[] entries and free's slice_push entries of the cached classes back
- * at the pages (malloc's at an empty one: the slow path), and calls
- * membarrier(), which runs a full fence on every thread of the process that
- * is on a CPU: from then on the owner's pops and pushes use the pages (and
- * its slow paths wait for the lock).  One pop or push begun before may still
+ * direct[] entries of the cached classes at an empty page and free's
+ * slice_push entries at the heap's sink, a list whose first push calls out,
+ * and calls membarrier(), which runs a full fence on every thread of the
+ * process that is on a CPU: from then on the owner's mallocs and frees of
+ * those classes take the slow path, which waits for the lock.  (Not their
+ * pages' lists: the purger gives back a quiet heap's pages, a queue's first
+ * among them, which the owner's fast paths must not be touching; realloc's
+ * free of a cached class's block takes the lock for the same reason.)  One
+ * pop or push begun before may still
  * be under way, for as long as its thread is stopped (a signal handler that
  * waits, say): that pop takes the cache's first block, that push links a
  * block before it, and neither touches another block.  So the purger cuts
@@ -98,6 +102,12 @@ static void set_room(tcl_t *t, uint32_t n) { atomic_store_explicit(&t->l.used, n
  * must have room. */
 static void push(heap_t *h, size_t i, page_t *pg, block_t *b) { hm_list_push(&tcl_of(h, i)->l, pg, b); }
 
+/* The sink empty, its first push to call out. */
+static void sink_reset(heap_t *h) {
+  list_set_head(&h->tc_sink, 0);
+  atomic_store_explicit(&h->tc_sink.used, 1, memory_order_relaxed);
+}
+
 /* Hand each block of the chain from b (linked as the caches link them) to
  * release(); how many. */
 static uint32_t release_chain(heap_t *h, block_t *b, void (*release)(page_t *, block_t *)) {
@@ -145,13 +155,31 @@ void *tcache_pop(heap_t *h, size_t c) {
   return hm_list_pop(l);
 }
 
+/* (owner, locked) The blocks the owner's frees pushed on the sink while the
+ * caches were parked (one: its push called out; more only if a signal
+ * handler freed in between) into their caches. */
+static void sink_drain(heap_t *h) {
+  block_t *b = (block_t *)list_head(&h->tc_sink);
+  sink_reset(h);
+  while (b) {
+    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
+    page_t *pg = page_of(segment_of(b), b);
+    size_t i = (size_t)pg->cls - TC_MIN;
+    if (room(tcl_of(h, i))) push(h, i, pg, b);
+    else release_local(pg, b);
+    b = next;
+  }
+}
+
 /* Free's push filled the cache of pg's class (room 0; hot.h): a doubled cap,
  * or else the older half of the blocks go back to their pages (one call per
- * half a cache of frees, not per free).  (A push begun before the purger
- * parked the caches may land here: heap_enter resumes them first.) */
+ * half a cache of frees, not per free).  Or it was a push on the sink: the
+ * caches resumed (heap_enter), the block goes into its cache.  (A push begun
+ * before the purger parked the caches may land here too.) */
 void tcache_full(heap_t *h, page_t *pg) {
   size_t i = (size_t)pg->cls - TC_MIN;
   heap_enter(h);
+  if (list_head(&h->tc_sink)) sink_drain(h);
   h->tc_popped[pg->cls] = 1;                         /* in use (tcache_decay) */
   if (--h->ticks == 0) heap_tick(h);                 /* a slow-path event */
   if (!make_room(h, i)) {
@@ -199,6 +227,8 @@ void tcache_init(heap_t *h) {
     reset(h, i);
     h->tc[i].l.key = h->tc_key;
   }
+  h->tc_sink.key = h->tc_key;
+  sink_reset(h);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
 
@@ -297,7 +327,10 @@ void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
   bool caches = !h->tc_parked && any_held(h);
   if (!caches && !remote_held(h)) return;
-  if (caches) heap_route_caches(h, false);          /* malloc and free keep out of them */
+  if (caches) {                                     /* malloc and free keep out of them */
+    sink_reset(h);
+    heap_route_caches(h, false);
+  }
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);     /* and of the buffers */
   if (os_membarrier()) {
     if (caches) {

@@ -247,6 +247,42 @@ TEST(purger_empties_a_quiet_threads_cache) {
   CHECKF(bad == NULL, "%d blocks corrupted after the purger took the caches", (int)(intptr_t)bad);
 }
 
+/* A thread whose caches the purger parked frees a block of a cached class:
+ * the free goes to the slow path, which resumes the caches, and the block
+ * waits in its cache.  (Not onto its page: the purger may be giving that
+ * page back, a queue's first included, as the thread frees into it.) */
+static void *park_then_free(void *arg) {
+  (void)arg;
+  void *p[8];
+  for (int i = 0; i < 8; i++) { p[i] = hakmem_malloc(8192); memset(p[i], i, 8192); }
+  for (int i = 1; i < 8; i++) hakmem_free(p[i]);
+  pthread_barrier_wait(&bar);               /* cached */
+  pthread_barrier_wait(&bar);               /* parked (or main gave up) */
+  size_t before = stats().thread_cached;
+  hakmem_free(p[0]);
+  size_t after = stats().thread_cached;
+  return (void *)(uintptr_t)(after > before ? after - before : 0);
+}
+
+TEST(free_resumes_parked_caches) {
+  if (!test_thread_caches_possible()) return;
+  hakmem_malloc_trim(0);
+  pthread_barrier_init(&bar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, park_then_free, NULL);
+  pthread_barrier_wait(&bar);
+  uint64_t t0 = test_now_ms();
+  size_t now;
+  while ((now = stats().thread_cached) > 8192 && test_now_ms() - t0 < 3000) test_sleep_ms(2);
+  pthread_barrier_wait(&bar);
+  void *grew;
+  pthread_join(t, &grew);
+  pthread_barrier_destroy(&bar);
+  CHECKF(now <= 8192, "%zu KiB still cached 3 s after the thread went quiet", now >> 10);
+  CHECKF((uintptr_t)grew == 8192, "the free after the purger parked the caches added %zu bytes to them, not 8192",
+         (size_t)(uintptr_t)grew);
+}
+
 /* malloc_trim in one thread takes the caches of another that pushes and pops
  * them all the time: no block may be handed out twice. */
 #define RING 40
@@ -258,13 +294,20 @@ static void *cycle(void *arg) {
   unsigned char tag[RING] = { 0 };
   for (unsigned long i = 0; !atomic_load_explicit(&race_stop, memory_order_relaxed); i++) {
     int k = (int)(i % RING);
+    size_t n = 4096 + test_rand(&r) % (arg ? 2048 : 8192);   /* thread 1: few classes, growing caches */
+    unsigned char *q = NULL;
     if (ring[k]) {
       if (ring[k][0] != tag[k] || ring[k][len[k] / 2] != tag[k] || ring[k][len[k] - 1] != tag[k]) atomic_fetch_add(&race_bad, 1);
-      hakmem_free(ring[k]);
+      if (i % 4 == 1) {                       /* realloc frees the old block onto its page */
+        if ((q = hakmem_realloc(ring[k], n)) && q[0] != tag[k]) atomic_fetch_add(&race_bad, 1);
+      } else {
+        hakmem_free(ring[k]);
+      }
     }
-    len[k] = 4096 + test_rand(&r) % (arg ? 2048 : 8192);     /* thread 1: few classes, growing caches */
+    len[k] = n;
     tag[k] = (unsigned char)(i * 31 + 1);
-    if (!(ring[k] = hakmem_malloc(len[k]))) { atomic_fetch_add(&race_bad, 1); break; }
+    if (!q && !(q = hakmem_malloc(n))) { atomic_fetch_add(&race_bad, 1); ring[k] = NULL; break; }
+    ring[k] = q;
     ring[k][0] = ring[k][len[k] / 2] = ring[k][len[k] - 1] = tag[k];
   }
   for (int k = 0; k < RING; k++) hakmem_free(ring[k]);
@@ -279,7 +322,7 @@ TEST(trim_races_cache_fast_paths) {
   while (test_now_ms() - t0 < 1500) { hakmem_malloc_trim(0); trims++; }
   atomic_store(&race_stop, 1);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  NOTE("%d malloc_trim calls against 2 threads cycling 40 blocks of 4-12 KiB and 4-6 KiB", trims);
+  NOTE("%d malloc_trim calls against 2 threads cycling 40 blocks of 4-12 KiB and 4-6 KiB (freed or realloc'd)", trims);
   CHECKF(atomic_load(&race_bad) == 0, "%d blocks corrupted or not allocated", atomic_load(&race_bad));
 }
 
