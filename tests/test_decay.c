@@ -23,27 +23,44 @@
 TEST(draining_segments_not_purged_piecemeal) {
   enum { G = 32, PAGES = 250, N = G * PAGES, ROUNDS = 10 };   /* 2 KiB blocks: one-slice pages of 32 */
   static void *p[N];
-  hakmem_malloc_trim(0);
-  for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(2048); CHECK(p[i] != NULL); memset(p[i], 1, 2048); }
-  /* Every tenth page stays; the others are freed a page's blocks together,
-   * pages in random order, over ROUNDS purge delays. */
   static int order[PAGES];
-  int n = 0;
-  for (int g = 0; g < PAGES; g++) if (g % 10) order[n++] = g;
-  uint64_t r = 0x2545F4914F6CDD1Dull;
-  for (int i = n - 1; i > 0; i--) { int j = (int)(test_rand(&r) % (uint64_t)(i + 1)), t = order[i]; order[i] = order[j]; order[j] = t; }
   hakmem_stats_t a, b, c;
-  long full = test_rss_kib();
-  hakmem_stats_get(&a);
-  for (int r = 0; r < ROUNDS; r++) {
-    for (int k = r * n / ROUNDS; k < (r + 1) * n / ROUNDS; k++)
-      for (int i = 0; i < G; i++) hakmem_free(p[order[k] * G + i]);
-    test_sleep_ms(12);                         /* past the purge delay (10 ms) */
+  long full;
+  size_t calls;
+  uint64_t longest;
+  /* A round of frees is meant to take far less than a purge delay; one that
+   * took longer (the thread preempted: a loaded machine, a sanitizer) has the
+   * heap's checks fall twice inside it, which is not what this tests: then
+   * the case runs again, up to three times. */
+  for (int attempt = 0;; attempt++) {
+    hakmem_malloc_trim(0);
+    for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(2048); CHECK(p[i] != NULL); memset(p[i], 1, 2048); }
+    /* Every tenth page stays; the others are freed a page's blocks together,
+     * pages in random order, over ROUNDS purge delays. */
+    int n = 0;
+    for (int g = 0; g < PAGES; g++) if (g % 10) order[n++] = g;
+    uint64_t r = 0x2545F4914F6CDD1Dull;
+    for (int i = n - 1; i > 0; i--) { int j = (int)(test_rand(&r) % (uint64_t)(i + 1)), t = order[i]; order[i] = order[j]; order[j] = t; }
+    full = test_rss_kib();
+    hakmem_stats_get(&a);
+    longest = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+      uint64_t t0 = test_now_ms();
+      for (int k = r * n / ROUNDS; k < (r + 1) * n / ROUNDS; k++)
+        for (int i = 0; i < G; i++) hakmem_free(p[order[k] * G + i]);
+      if (test_now_ms() - t0 > longest) longest = test_now_ms() - t0;
+      test_sleep_ms(12);                       /* past the purge delay (10 ms) */
+    }
+    hakmem_stats_get(&b);
+    calls = b.madvise_calls - a.madvise_calls;
+    NOTE("%zu madvise calls while %zu segments drained (the longest round of frees: %llu ms)", calls, a.segments,
+         (unsigned long long)longest);
+    if (calls <= 4 || longest < 8 || attempt == 2) break;
+    for (int g = 0; g < PAGES; g += 10)
+      for (int i = 0; i < G; i++) hakmem_free(p[g * G + i]);
   }
-  hakmem_stats_get(&b);
-  size_t calls = b.madvise_calls - a.madvise_calls;
-  NOTE("%zu madvise calls while %zu segments drained", calls, a.segments);
-  CHECKF(calls <= 4, "%zu madvise calls while the segments drained", calls);
+  CHECKF(calls <= 4, "%zu madvise calls while the segments drained (the longest round of frees: %llu ms)", calls,
+         (unsigned long long)longest);
   /* The frees have stopped: the thread's next slow paths purge (a block
    * above the classes takes one at each malloc and free). */
   for (int r = 0; r < 6; r++) {
