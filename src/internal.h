@@ -388,8 +388,6 @@ typedef struct heap_s {
                                     purger may take them, as the thread caches; relaxed) */
   tcl_t tc[TC_CLASSES];          /* thread caches of classes TC_MIN.. (the purger may cut
                                     them, tcache_take) */
-  list_t tc_sink;                /* where the owner's frees of those classes go while the
-                                    caches are parked: the first calls out (tcache_full) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
   pageq_t full;                  /* parked pages, all classes */
   _Atomic uintptr_t delayed;     /* blocks remote-freed into parked pages */
@@ -428,6 +426,8 @@ typedef struct heap_s {
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
+  list_t tc_sink;                /* where the owner's frees of the cached classes go while
+                                    the caches are parked: the first calls out (tcache_full) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
