@@ -102,7 +102,8 @@ static void set_room(tcl_t *t, uint32_t n) { atomic_store_explicit(&t->l.used, n
  * must have room. */
 static void push(heap_t *h, size_t i, page_t *pg, block_t *b) { hm_list_push(&tcl_of(h, i)->l, pg, b); }
 
-/* The sink empty, its first push to call out. */
+/* The sink empty, its first push to call out.  (It is empty whenever the
+ * caches are parked: each push on it calls out, and the call drains it.) */
 static void sink_reset(heap_t *h) {
   list_set_head(&h->tc_sink, 0);
   atomic_store_explicit(&h->tc_sink.used, 1, memory_order_relaxed);
@@ -327,10 +328,7 @@ void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
   bool caches = !h->tc_parked && any_held(h);
   if (!caches && !remote_held(h)) return;
-  if (caches) {                                     /* malloc and free keep out of them */
-    sink_reset(h);
-    heap_route_caches(h, false);
-  }
+  if (caches) heap_route_caches(h, false);          /* malloc and free keep out of them */
   atomic_store_explicit(&h->tc_stop, 1, memory_order_relaxed);     /* and of the buffers */
   if (os_membarrier()) {
     if (caches) {

@@ -48,7 +48,8 @@ TEST(draining_segments_not_purged_piecemeal) {
       uint64_t t0 = test_now_ms();
       for (int k = r * n / ROUNDS; k < (r + 1) * n / ROUNDS; k++)
         for (int i = 0; i < G; i++) hakmem_free(p[order[k] * G + i]);
-      if (test_now_ms() - t0 > longest) longest = test_now_ms() - t0;
+      uint64_t took = test_now_ms() - t0;
+      if (took > longest) longest = took;
       test_sleep_ms(12);                       /* past the purge delay (10 ms) */
     }
     hakmem_stats_get(&b);
