@@ -1,6 +1,6 @@
 # hakmem — build, test and benchmark entry points.
 #   make                 build/libhakmem.so and build/libhakmem.a
-#   make test            build and run the test suite (ends with "N passed, N failed")
+#   make test            build and run the test suite (ends with "N passed, N failed, N skipped")
 #   make test-sanitize   the suite's unit tests with hakmem built under ASan+UBSan and TSan
 #   make bench           the benchmark comparison against glibc, mimalloc, jemalloc, tcmalloc
 

@@ -6,8 +6,9 @@
 # A program or script that crashes, times out, exits non-zero without a
 # "not ok" line, or prints no result line at all counts as one failure, with a
 # line naming it and its exit status or signal, followed by the end of its
-# output.  The last line is exactly "N passed, N failed"; the exit status is 1
-# if anything failed.
+# output.  A check that could not run here says "ok - ... # SKIP why" and is
+# counted as skipped, not passed.  The last line is exactly
+# "N passed, N failed, N skipped"; the exit status is 1 if anything failed.
 #
 # Env: BUILD (default build); ONLY="test_api test_mt ..." to run only those;
 #      SANITIZED=1 (sanitizer builds: scripts are skipped, passed on to tests);
@@ -16,7 +17,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 TIMEOUT=${TEST_TIMEOUT:-300}
-pass=0 fail=0
+pass=0 fail=0 skip=0
 export BUILD SANITIZED=${SANITIZED:-0}
 
 signame() { kill -l "$1" 2>/dev/null | sed 's/^/SIG/' || echo "?"; }
@@ -28,10 +29,11 @@ run_one() {  # name, command...
   # Stream the result lines as they are printed; keep everything for the report.
   timeout --kill-after=10 "$TIMEOUT" "$@" </dev/null 2>&1 | tee "$out" | grep --line-buffered -E '^(ok|not ok) - |^# '
   rc=${PIPESTATUS[0]}
-  local ok nok
+  local ok nok skipped
   ok=$(grep -c '^ok - ' "$out")
   nok=$(grep -c '^not ok - ' "$out")
-  pass=$((pass + ok)); fail=$((fail + nok))
+  skipped=$(grep -c '^ok - .* # SKIP' "$out")
+  pass=$((pass + ok - skipped)); fail=$((fail + nok)); skip=$((skip + skipped))
   local why="" abnormal=0 elapsed=$((SECONDS - start))
   if [ "$rc" -eq 124 ] || { [ "$rc" -eq 137 ] && [ "$elapsed" -ge $((TIMEOUT - 1)) ]; }; then
     why="timed out after ${TIMEOUT}s (exit status $rc)"; abnormal=1
@@ -95,5 +97,5 @@ if [ "$SANITIZED" != 1 ]; then
     run_one "$name" bash "$sh"
   done
 fi
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]
