@@ -13,7 +13,7 @@
 /* Find the segment and page of block p, or report what is wrong and abort.
  * 'op' names the call for the message ("free", "realloc", ...). */
 static page_t *lookup(const void *p, segment_t **sp, const char *op) {
-  char what[96];
+  char what[160];
   segment_t *s = segment_checked(p);
   if (!s) {
     /* A huge block aligned to SEG_SIZE or more has its header one chunk below. */
@@ -132,14 +132,23 @@ HM_INLINE page_t *block_page(const void *p) {
   return hm_block_start(pg, (uintptr_t)p - (uintptr_t)pg->start) ? pg : NULL;
 }
 
-/* redis and sqlite3 call this on every malloc and free (their memory
- * accounting). */
-size_t hm_malloc_usable_size(const void *p) {
-  const page_t *pg = block_page(p);
-  if (likely(pg != NULL)) return pg->block_size;
+static HM_NOINLINE size_t usable_slow(const void *p) {
   if (!p) return 0;
   segment_t *s;
-  return lookup(p, &s, "malloc_usable_size")->block_size;
+  page_t *pg = lookup(p, &s, "malloc_usable_size");
+  if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("malloc_usable_size of a freed block", p, pg);
+  return pg->block_size;
+}
+
+/* redis and sqlite3 call this on every malloc and free (their memory
+ * accounting): a live block of a size class is a page lookup and a look at
+ * its first word; anything else (a freed block, a large one, the hardened
+ * mode) takes the checked path. */
+size_t hm_malloc_usable_size(const void *p) {
+  const page_t *pg = block_page(p);
+  if (likely(pg != NULL) && likely(pg->cls < CLASSES) && likely(!hm_secure) && likely(!block_looks_free(pg, p)))
+    return pg->block_size;
+  return usable_slow(p);
 }
 
 void *hm_calloc(size_t n, size_t size) {
@@ -188,14 +197,10 @@ HM_INLINE void *aligned_alloc_impl(size_t align, size_t n) {
 
 static bool pow2(size_t a) { return a && !(a & (a - 1)); }
 
-/* posix_memalign reports ENOMEM, it does not set errno. */
+/* posix_memalign returns ENOMEM, and leaves errno set to it as glibc's does. */
 static HM_NOINLINE int posix_memalign_slow(void **out, size_t align, size_t n) {
-  int saved = errno;
   void *p = aligned_slow(align, n);
-  if (!p) {
-    errno = saved;
-    return ENOMEM;
-  }
+  if (!p) return ENOMEM;
   *out = p;
   return 0;
 }

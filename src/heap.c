@@ -398,6 +398,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
  * grow: a buffer realloc moves to grow (placed where it may grow in place). */
 static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
+  if (n == 0) n = 1;            /* a block of 0 bytes would start where its run ends */
   /* big blocks other threads freed: their runs first (a thread that allocates
    * only big blocks would otherwise never take them back) */
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);

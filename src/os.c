@@ -21,9 +21,11 @@ size_t os_page_size(void) {
 }
 
 /* Anonymous read-write memory at addr (a hint, or exact with
- * MAP_FIXED_NOREPLACE in flags); NULL with mmap's errno on failure. */
+ * MAP_FIXED_NOREPLACE in flags); NULL with mmap's errno on failure.  Not
+ * MAP_NORESERVE: the kernel's overcommit check then refuses a request that
+ * RAM and swap could never back (malloc fails with ENOMEM, as glibc's does). */
 static void *map_at(void *addr, size_t size, int flags) {
-  void *p = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0);
+  void *p = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   stat_os(STAT_OS_MMAP);
   if (p == MAP_FAILED) return NULL;
   stat_add(STAT_MAPPED, size);

@@ -30,8 +30,11 @@ API struct mallinfo2 mallinfo2(void) { return hm_mallinfo2(); }
 API struct mallinfo mallinfo(void) { return hm_mallinfo(); }
 API void malloc_stats(void) { hm_malloc_stats(); }
 API int malloc_info(int options, FILE *fp) { return hm_malloc_info(options, fp); }
+API int mallopt(int param, int value) { return hm_mallopt(param, value); }
 
-/* glibc's own entry points, for code that calls them by name. */
+/* glibc's own entry points, for code that calls them by name.  With these, a
+ * static link finds every name of libc.a's malloc.o here, and never pulls
+ * that object in beside hakmem (two definitions of malloc). */
 API void *__libc_malloc(size_t n) { return hm_malloc_fast(n); }
 API void __libc_free(void *p) { hm_free_fast(p); }
 API void *__libc_calloc(size_t n, size_t size) { return hm_calloc(n, size); }
@@ -39,6 +42,10 @@ API void *__libc_realloc(void *p, size_t n) { return hm_realloc(p, n); }
 API void *__libc_memalign(size_t align, size_t n) { return hm_memalign(align, n); }
 API void *__libc_valloc(size_t n) { return hm_valloc(n); }
 API void *__libc_pvalloc(size_t n) { return hm_pvalloc(n); }
+API struct mallinfo2 __libc_mallinfo2(void) { return hm_mallinfo2(); }
+API struct mallinfo __libc_mallinfo(void) { return hm_mallinfo(); }
+API int __libc_mallopt(int param, int value) { return hm_mallopt(param, value); }
+API int __posix_memalign(void **out, size_t align, size_t n) { return hm_posix_memalign(out, align, n); }
 
 /* ---- C++ -----------------------------------------------------------------
  * operator new must call the installed new_handler and, without one, throw

@@ -68,7 +68,7 @@ static const char *kind_name(unsigned c, char *buf, size_t n) {
   return buf;
 }
 
-void stats_print(int fd) {
+static void stats_write(int fd) {
   census_t c;
   segment_census(&c);
   int64_t mallocs = 0, frees = 0;
@@ -120,6 +120,16 @@ void stats_print(int fd) {
                (unsigned long long)c.cls[k].pages, (unsigned long long)c.cls[k].used,
                (unsigned long long)c.cls[k].capacity);
   }
+}
+
+/* The report is written with cancellation off: open and write are
+ * cancellation points, and a pending cancel must not cut it (it acts at the
+ * thread's next cancellation point, as after glibc's malloc_stats). */
+void stats_print(int fd) {
+  int old;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+  stats_write(fd);
+  pthread_setcancelstate(old, NULL);
 }
 
 /* Programs may close stderr before exiting (coreutils do): the report goes to
@@ -198,6 +208,20 @@ struct mallinfo2 hm_mallinfo2(void) {
 }
 
 static int clamp_int(size_t v) { return v > INT32_MAX ? INT32_MAX : (int)v; }
+
+/* glibc's tuning parameters have no meaning here (hakmem has no arenas, no
+ * top chunk, no mmap threshold): the known ones are accepted, as glibc
+ * accepts them, and change nothing; an unknown one fails (0). */
+int hm_mallopt(int param, int value) {
+  (void)value;
+  switch (param) {
+  case M_MXFAST: case M_TRIM_THRESHOLD: case M_TOP_PAD: case M_MMAP_THRESHOLD: case M_MMAP_MAX:
+  case M_CHECK_ACTION: case M_PERTURB: case M_ARENA_TEST: case M_ARENA_MAX:
+    return 1;
+  default:
+    return 0;
+  }
+}
 
 struct mallinfo hm_mallinfo(void) {
   struct mallinfo2 m = hm_mallinfo2();

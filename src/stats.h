@@ -73,6 +73,7 @@ int  hm_stats_class(unsigned k, hakmem_class_stats_t *out);
 void hm_stats_print(int fd);
 struct mallinfo2 hm_mallinfo2(void);
 struct mallinfo hm_mallinfo(void);
+int  hm_mallopt(int param, int value);
 void hm_malloc_stats(void);
 int  hm_malloc_info(int options, FILE *fp);   /* the report: at exit with HAKMEM_STATS=1, and malloc_stats() */
 extern int hm_stats_fd;

@@ -73,6 +73,10 @@ static void c_realloc_stack(void) { char buf[256] = {0}; target(buf + 32); void 
 static void c_realloc_freed(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 200); (void)p; }
 static void c_usable_stack(void) { char buf[256] = {0}; target(buf + 16); (void)hakmem_malloc_usable_size(buf + 16); }
 static void c_usable_interior(void) { char *p = hakmem_malloc(100); target(p + 16); (void)hakmem_malloc_usable_size(p + 16); }
+static void c_usable_freed_large(void) { void *p = hakmem_malloc(1 << 20); hakmem_free(p); target(p); (void)hakmem_malloc_usable_size(p); }
+static void usable_after_free(size_t n) { void *p = hakmem_malloc(n); hakmem_free(p); target(p); (void)hakmem_malloc_usable_size(p); }
+static void c_usable_freed_small(void) { usable_after_free(100); }
+static void c_usable_freed_cached(void) { usable_after_free(8192); }
 /* a size the freed block would still hold: realloc's in-place check */
 static void c_realloc_freed_fits(void) { void *p = hakmem_malloc(100); hakmem_free(p); target(p); p = hakmem_realloc(p, 90); (void)p; }
 static void c_sized_wrong(void) { void *p = hakmem_malloc(100); target(p); hakmem_free_sized(p, 100000); }
@@ -175,6 +179,11 @@ static const struct bad_case {
   {"realloc after free (8 KiB, in the thread cache)", "realloc of a freed block", c_realloc_cached, 1},
   {"malloc_usable_size of a stack address", "malloc_usable_size of a pointer hakmem did not allocate", c_usable_stack, 1},
   {"malloc_usable_size of p+16 (100 B block)", "malloc_usable_size of a pointer into the middle", c_usable_interior, 1},
+  {"malloc_usable_size after free (1 MiB)",
+   "malloc_usable_size of a pointer that is not an allocated block (already freed, or never allocated): pointer|malloc_usable_size of a freed block",
+   c_usable_freed_large, 1},
+  {"malloc_usable_size after free (100 B)", "malloc_usable_size of a freed block", c_usable_freed_small, 1},
+  {"malloc_usable_size after free (8 KiB, in the thread cache)", "malloc_usable_size of a freed block", c_usable_freed_cached, 1},
   {"free_sized with a too large size", "sized free", c_sized_wrong, 1},
   {"double free: owner, then another thread (100 B)", "double free", c_small_owner_remote, 1},
   {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},

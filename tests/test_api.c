@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -214,13 +215,80 @@ TEST(huge_requests_fail_cleanly) {
     p = hakmem_realloc(NULL, bad[i]);
     CHECKF(p == NULL && errno == ENOMEM, "realloc(NULL, %zu) gave %p errno %d", bad[i], p, errno);
     void *out = (void *)0x5678;
+    errno = 0;                              /* glibc leaves errno ENOMEM too */
     int rc = hakmem_posix_memalign(&out, 1 << 20, bad[i]);
-    CHECKF(rc == ENOMEM && out == (void *)0x5678, "posix_memalign(1 MiB, %zu): rc %d out %p", bad[i], rc, out);
+    CHECKF(rc == ENOMEM && out == (void *)0x5678 && errno == ENOMEM, "posix_memalign(1 MiB, %zu): rc %d out %p errno %d",
+           bad[i], rc, out, errno);
   }
   /* the allocator still works afterwards */
   void *p = hakmem_malloc(100);
   CHECK(p != NULL);
   hakmem_free(p);
+}
+
+/* A request RAM and swap could never back fails as under glibc (the kernel's
+ * overcommit heuristic refuses the mapping), unless overcommit is "always". */
+TEST(larger_than_memory_fails) {
+  if (test_read_long("/proc/sys/vm/overcommit_memory") == 1) {
+    SKIP("vm.overcommit_memory is 1: the kernel grants any mapping");
+    return;
+  }
+  struct sysinfo si;
+  CHECK(sysinfo(&si) == 0);
+  size_t backing = ((size_t)si.totalram + si.totalswap) * si.mem_unit;
+  size_t sizes[] = {4 * backing, 8 * backing + 12345, (size_t)16 << 40};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = sizes[i];
+    errno = 0;
+    void *p = hakmem_malloc(n);
+    CHECKF(p == NULL && errno == ENOMEM, "malloc(%zu GiB) gave %p errno %d", n >> 30, p, errno);
+    hakmem_free(p);
+    errno = 0;
+    p = hakmem_calloc(n / 64, 64);
+    CHECKF(p == NULL && errno == ENOMEM, "calloc of %zu GiB gave %p errno %d", n >> 30, p, errno);
+    hakmem_free(p);
+    errno = 0;
+    p = hakmem_aligned_alloc((size_t)8 << 20, n);
+    CHECKF(p == NULL && errno == ENOMEM, "aligned_alloc(8 MiB, %zu GiB) gave %p errno %d", n >> 30, p, errno);
+    hakmem_free(p);
+    unsigned char *q = hakmem_malloc((size_t)8 << 20);   /* a huge block grown past memory */
+    CHECK(q != NULL);
+    if (!q) continue;
+    memset(q, 9, 4096);
+    errno = 0;
+    p = hakmem_realloc(q, n);
+    CHECKF(p == NULL && errno == ENOMEM, "realloc to %zu GiB gave %p errno %d", n >> 30, p, errno);
+    CHECK(filled(q, 4096, 9));
+    hakmem_free(p ? p : q);
+  }
+}
+
+/* Alignments up to 64 MiB with size 0: each call returns its own block, which
+ * no later block overlaps and which free takes back. */
+TEST(aligned_size_zero_owns_its_block) {
+  for (size_t a = 32; a <= ((size_t)64 << 20); a <<= 1) {
+    for (int round = 0; round < 3; round++) {
+      void *b[6] = {0};
+      b[0] = hakmem_aligned_alloc(a, 0);
+      b[1] = hakmem_memalign(a, 0);
+      CHECKF(hakmem_posix_memalign(&b[2], a, 0) == 0, "posix_memalign(%zu, 0) failed", a);
+      b[3] = hakmem_malloc(16);
+      b[4] = hakmem_malloc(100);
+      b[5] = hakmem_malloc(70000);
+      for (int i = 0; i < 6; i++) {
+        CHECKF(b[i] != NULL, "alignment %zu: block %d is NULL", a, i);
+        if (i < 3) CHECKF(((uintptr_t)b[i] & (a - 1)) == 0, "alignment %zu: %p", a, b[i]);
+      }
+      for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 6; j++) {
+          if (i == j || !b[i] || !b[j]) continue;
+          uintptr_t lo = (uintptr_t)b[i], hi = lo + (hakmem_malloc_usable_size(b[i]) ? hakmem_malloc_usable_size(b[i]) : 1);
+          CHECKF((uintptr_t)b[j] < lo || (uintptr_t)b[j] >= hi, "alignment %zu: block %d (%p) lies in block %d (%p, %zu usable)",
+                 a, j, b[j], i, b[i], hakmem_malloc_usable_size(b[i]));
+        }
+      for (int i = 0; i < 6; i++) hakmem_free(b[i]);
+    }
+  }
 }
 
 TEST(reallocarray) {

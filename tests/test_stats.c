@@ -149,22 +149,58 @@ TEST(malloc_info_xml) {
   free(keep);
 }
 
-TEST(malloc_stats_report) {
+/* Run fn with stderr going into buf (NUL-terminated). */
+static void stderr_of(void (*fn)(void), char *buf, size_t size) {
   int fds[2];
   CHECK(pipe(fds) == 0);
   int saved = dup(2);
   dup2(fds[1], 2);
-  malloc_stats();
+  fn();
   fflush(stderr);
   dup2(saved, 2);
   close(saved);
   close(fds[1]);
-  char buf[16384];
-  ssize_t n = read(fds[0], buf, sizeof buf - 1);
+  ssize_t n = read(fds[0], buf, size - 1);
   close(fds[0]);
   buf[n > 0 ? n : 0] = 0;
+}
+
+TEST(malloc_stats_report) {
+  char buf[16384];
+  stderr_of(malloc_stats, buf, sizeof buf);
   CHECKF(strncmp(buf, "hakmem: statistics", 18) == 0, "malloc_stats printed: %.100s", buf);
   CHECKF(strstr(buf, "os calls") && strstr(buf, "mallocs") && strstr(buf, "class"), "report: %.300s", buf);
+}
+
+/* malloc_stats is not a cancellation point (glibc's
+ * tst-malloc-stats-cancellation): a thread with a cancel pending prints the
+ * whole report, and is cancelled at its next cancellation point. */
+static pthread_barrier_t cancel_gate;
+static void *cancelled_ret;
+static void *stats_then_cancel(void *arg) {
+  (void)arg;
+  pthread_barrier_wait(&cancel_gate);      /* main cancels, then lets us go */
+  pthread_barrier_wait(&cancel_gate);
+  malloc_stats();
+  pthread_testcancel();
+  return NULL;                             /* not reached: the cancel acts above */
+}
+static void stats_in_cancelled_thread(void) {
+  pthread_barrier_init(&cancel_gate, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, stats_then_cancel, NULL);
+  pthread_barrier_wait(&cancel_gate);
+  pthread_cancel(t);
+  pthread_barrier_wait(&cancel_gate);
+  pthread_join(t, &cancelled_ret);
+  pthread_barrier_destroy(&cancel_gate);
+}
+
+TEST(malloc_stats_with_cancel_pending) {
+  char buf[16384];
+  stderr_of(stats_in_cancelled_thread, buf, sizeof buf);
+  CHECKF(strncmp(buf, "hakmem: statistics", 18) == 0 && strstr(buf, "class"), "malloc_stats printed: %.100s", buf);
+  CHECK(cancelled_ret == PTHREAD_CANCELED);
 }
 #endif
 
