@@ -727,6 +727,8 @@ static void heap_done(heap_t *h) {
 static void heap_thread_done(void *arg) {
   heap_t *h = arg;
   if (!h || h == &hm_heap_empty) return;
+  stat_dec(STAT_THREADS);
+  bool last = purge_thread_exit();   /* (first: heap_done gives back as without it) */
   if (hm_secure) secure_flush(h);
   remote_close(h);                   /* (before the lock: it frees) */
   lock_raw(h);
@@ -735,30 +737,54 @@ static void heap_thread_done(void *arg) {
   atomic_store_explicit(&h->idle, 1, memory_order_relaxed);   /* nothing for the purger here */
   unlock_raw(h);
   hm_tls_heap = &hm_heap_empty;
-  stat_dec(STAT_THREADS);
   pthread_mutex_lock(&heaps_lock);
   h->next_free = heaps_free;
   heaps_free = h;
   pthread_mutex_unlock(&heaps_lock);
+  if (last) purge_hand_back();
 }
 
 /* fork: take every global lock so the child inherits consistent state.  The
  * child keeps only the forking thread; the heaps of the other threads stay as
- * they were (their blocks remain valid and may be freed, as remote frees). */
+ * they were (their blocks remain valid and may be freed, as remote frees).
+ *
+ * As glibc's own malloc does: no locks when the process is single-threaded
+ * (no other thread can hold one; a signal handler's fork during fork would
+ * wait for itself), and stdio's list lock before ours.  glibc's fork takes
+ * that lock after the atfork handlers, while fflush(NULL) holds it and waits
+ * for a FILE whose owner allocates inside getline: taken after ours, fork
+ * would wait for fflush, which waits for getline, which waits for fork.
+ * Taken first, it is free again only once the child exists; glibc's fork
+ * takes it once more (it is recursive) and resets it in the child. */
+extern void _IO_list_lock(void) __attribute__((weak));
+extern void _IO_list_unlock(void) __attribute__((weak));
+extern void _IO_list_resetlock(void) __attribute__((weak));
+static __thread bool fork_locked;      /* this thread's fork took the locks */
+
 static void fork_prepare(void) {
+  if (!multi_threaded()) return;
+  fork_locked = true;
+  if (_IO_list_lock) _IO_list_lock();
   purge_fork_prepare();
   pthread_mutex_lock(&heaps_lock);
   segment_fork_prepare();
 }
 static void fork_parent(void) {
+  if (!fork_locked) return;
+  fork_locked = false;
   segment_fork_parent();
   pthread_mutex_unlock(&heaps_lock);
   purge_fork_parent();
+  if (_IO_list_unlock) _IO_list_unlock();
 }
 static void fork_child(void) {
-  segment_fork_child();
-  pthread_mutex_unlock(&heaps_lock);
-  purge_fork_child();
+  purge_fork_child(fork_locked);
+  if (fork_locked) {
+    fork_locked = false;
+    segment_fork_child();
+    pthread_mutex_unlock(&heaps_lock);
+    if (_IO_list_resetlock) _IO_list_resetlock();
+  }
   /* A thread that no longer exists may have been handing one of our blocks
    * over (TF_BUSY) at the fork; it never finishes, so finish for it. */
   heap_t *h = hm_tls_heap;

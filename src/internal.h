@@ -485,6 +485,7 @@ bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
 uint64_t os_now_ms(void);
 uint64_t os_coarse_ms(void);     /* os_now_ms as of the last timer tick: never ahead, a few ms behind */
 uint64_t os_random(void);
+int   os_thread_count(void);                       /* the process's threads, 0 if unknown */
 bool  os_membarrier_init(void);                   /* can os_membarrier be used */
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */
 
@@ -507,6 +508,7 @@ void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
+void    segment_purge_shared(void);                /* the purger stops: purge what it watched */
 void    segment_retired_unmap(void);
 uint64_t segment_cache_decay(void);                /* next deadline, 0 = none */
 uint64_t segment_tidy_abandoned(bool force, size_t *left);  /* next deadline, 0 = none */
@@ -594,8 +596,12 @@ void remote_take(heap_t *h);                       /* (purger, locked) h's inbox
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
 void purge_want(void);                             /* multi-threaded: the thread should run */
 void purge_watch(void);                            /* a new heap: the purger must look at it */
+bool purge_thread_exit(void);                      /* a thread with a heap exits (no lock held): true if
+                                                      it leaves the program single-threaded, the purger gone */
+void purge_hand_back(void);                        /* after such a stop: purge what the purger watched */
 bool purge_running(void);                          /* it runs: it keeps deadlines armed */
 bool multi_threaded(void);                         /* the process has had a second thread */
+bool heaps_several(void);                          /* two threads have heaps now: the purger may run */
 extern _Atomic int hm_purge_wanted;                /* start it at the next safe point */
 /* The safe point is the way out of malloc's slow path (no heap locked; it
  * allocates), never free: glibc frees a dead thread's TLS while holding the
@@ -605,7 +611,7 @@ static inline void purge_start_if_wanted(void) {
   if (unlikely(atomic_load_explicit(&hm_purge_wanted, memory_order_relaxed))) purge_start();
 }
 void purge_idle_heaps(heap_t *except);             /* malloc_trim: trim every idle heap now */
-void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(void);
+void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(bool locked);
 
 /* secure.c: the hardened mode (HAKMEM_SECURE); all of it on slow paths */
 extern bool hm_secure;

@@ -11,30 +11,42 @@
  * owner's fast paths take no lock and need none: the purger leaves alone the
  * pages they can reach.
  *
- * The thread exists only in processes that already have several threads (one
- * more thread would cost a single-threaded program glibc's single-thread fast
- * paths, and would make unshare(CLONE_NEWUSER) fail).  It sleeps while nothing
- * needs watching; a scheduled purge, a remote free into a trimmed heap, or a
- * trimmed heap that is used again wakes it (purge_arm).  HAKMEM_BACKGROUND=0
- * turns it off. */
+ * The thread exists only while the program has at least two threads of its
+ * own (one more thread would cost a single-threaded program glibc's
+ * single-thread fast paths, and would make unshare(CLONE_NEWUSER) fail).  It
+ * starts when a second thread allocates, and stops when a thread's exit
+ * leaves the program one thread or none (purge_thread_exit): the exiting
+ * thread joins it, so a program that joins its last worker is single-threaded
+ * again when the join returns, and one whose main thread called
+ * pthread_exit() ends with its last thread, as glibc's rules have it.  (It
+ * also checks the count itself, for threads that exit without ever having
+ * allocated.)  It sleeps while nothing needs watching; a scheduled purge, a
+ * remote free into a trimmed heap, or a trimmed heap that is used again wakes
+ * it (purge_arm).  HAKMEM_BACKGROUND=0 turns it off. */
 #include "internal.h"
 #include "options.h"
 #include "stats.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 
-enum { OFF, WANTED, STARTING, RUNNING, FAILED };
+enum { OFF, WANTED, STARTING, RUNNING, STOPPING, FAILED };
 static _Atomic int state;
 _Atomic int hm_purge_wanted;                 /* state == WANTED, for a cheap test */
+static pthread_t purger;                     /* (state RUNNING or STOPPING) */
+static __thread bool in_purger;              /* this thread is the purger */
 
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake_cond;             /* on CLOCK_MONOTONIC, made at start */
 static _Atomic uint64_t wake_ms;             /* next look; 0: sleep until armed */
 static bool armed;                           /* (wake_lock) purge_arm moved wake_ms earlier */
+static bool stop;                            /* (wake_lock) purge_stop: return */
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;   /* a pass vs. fork */
 
 #define POLL_MAX_MS 1000
+#define COUNT_MS    1000     /* the purger counts the process's threads at most this often, */
+#define IDLE_MS     10000    /* and at least this often: its longest sleep */
 
 /* glibc's flag (2.32 on); elsewhere: two threads have had a heap. */
 extern char __libc_single_threaded __attribute__((weak));
@@ -48,9 +60,12 @@ static uint64_t poll_base(void) {
   return d < 5 ? 5 : d > POLL_MAX_MS ? POLL_MAX_MS : d;
 }
 
+/* Two threads have heaps now: the purger's start condition. */
+bool heaps_several(void) { return atomic_load_explicit(&hm_stat[STAT_THREADS], memory_order_relaxed) >= 2; }
+
 void purge_want(void) {
   int st = OFF;
-  if (atomic_load_explicit(&state, memory_order_relaxed) == OFF && hm_options.background && multi_threaded() &&
+  if (atomic_load_explicit(&state, memory_order_relaxed) == OFF && hm_options.background && heaps_several() &&
       atomic_compare_exchange_strong(&state, &st, WANTED))
     atomic_store_explicit(&hm_purge_wanted, 1, memory_order_relaxed);
 }
@@ -78,13 +93,15 @@ static void wake_by(uint64_t when, bool closely) {
 
 void purge_arm(uint64_t when) { wake_by(when, true); }
 
-/* A new heap (heap_get): the purger asleep with nothing to watch would not
- * look at it until armed, so have it look after one poll; otherwise its next
- * look sees the heap anyway.  (Not purge_arm: a thread starting is no reason
- * to watch closely again, and a program that starts thousands a second,
- * larson-like, would have it pass over every heap every few milliseconds.) */
+/* A new heap (heap_get): a second one wants the purger started; and the
+ * purger asleep with nothing to watch would not look at it until armed, so
+ * have it look after one poll; otherwise its next look sees the heap anyway.
+ * (Not purge_arm: a thread starting is no reason to watch closely again, and
+ * a program that starts thousands a second, larson-like, would have it pass
+ * over every heap every few milliseconds.) */
 void purge_watch(void) {
-  if (!atomic_load_explicit(&wake_ms, memory_order_relaxed)) wake_by(os_now_ms() + poll_base(), false);
+  if (atomic_load_explicit(&state, memory_order_acquire) != RUNNING) purge_want();
+  else if (!atomic_load_explicit(&wake_ms, memory_order_relaxed)) wake_by(os_now_ms() + poll_base(), false);
 }
 
 static uint64_t min_due(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
@@ -127,29 +144,107 @@ static uint64_t pass(uint64_t *poll) {
   return next;
 }
 
+/* Once the purger is gone, the last thread's slow paths look after its own
+ * memory; what the purger watched besides goes now. */
+void purge_hand_back(void) {
+  pthread_mutex_lock(&pass_lock);
+  segment_purge_shared();
+  pthread_mutex_unlock(&pass_lock);
+}
+
+/* Does the program (the process but the purger) have one thread or none? */
+static bool program_single(void) {
+  int n = os_thread_count();
+  return n > 0 && n <= 2;
+}
+
+/* The purger finds the program single-threaded: it leaves by itself,
+ * unless a thread's exit is stopping it already (and joins it). */
+static bool leave_alone(void) {
+  int st = RUNNING;
+  if (!atomic_compare_exchange_strong(&state, &st, STOPPING)) return false;
+  pthread_detach(pthread_self());
+  atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+  purge_hand_back();
+  atomic_store_explicit(&state, OFF, memory_order_release);
+  if (heaps_several()) purge_want();           /* a thread came meanwhile: wanted again */
+  return true;
+}
+
 static void *purger_main(void *arg) {
   (void)arg;
-  uint64_t poll = poll_base();
+  in_purger = true;
+  uint64_t poll = poll_base(), counted = os_now_ms();
   for (;;) {
     pthread_mutex_lock(&wake_lock);
     for (;;) {
-      uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed);
-      if (w && os_now_ms() >= w) break;
-      if (!w) {
-        pthread_cond_wait(&wake_cond, &wake_lock);
-      } else {
-        struct timespec ts = { (time_t)(w / 1000), (long)(w % 1000) * 1000000L };
-        pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
-      }
+      if (stop) break;
+      uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed), now = os_now_ms();
+      if (w && now >= w) break;
+      if (now >= counted + IDLE_MS) break;       /* time to count the threads */
+      uint64_t until = w && w < counted + IDLE_MS ? w : counted + IDLE_MS;
+      struct timespec ts = { (time_t)(until / 1000), (long)(until % 1000) * 1000000L };
+      pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
     }
-    atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+    if (stop) {
+      pthread_mutex_unlock(&wake_lock);
+      return NULL;                               /* purge_stop joins this thread */
+    }
+    uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed), now = os_now_ms();
+    bool due = w && now >= w;
+    if (due) atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
     if (armed) poll = poll_base();             /* something happened: watch closely again */
     armed = false;
     pthread_mutex_unlock(&wake_lock);
+    if (now >= counted + COUNT_MS) {
+      counted = now;
+      if (program_single() && leave_alone()) return NULL;
+    }
+    if (!due) continue;
     uint64_t next = pass(&poll);
     if (next) purge_arm(next);
   }
-  return NULL;
+}
+
+/* Stop the purger and wait until it is gone (no heap lock held). */
+static void purge_stop(void) {
+  int st = RUNNING;
+  if (!atomic_compare_exchange_strong(&state, &st, STOPPING)) return;
+  pthread_mutex_lock(&wake_lock);
+  stop = true;
+  pthread_cond_signal(&wake_cond);
+  pthread_mutex_unlock(&wake_lock);
+  int cancel;                                /* (join is a cancellation point) */
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+  pthread_join(purger, NULL);
+  pthread_setcancelstate(cancel, NULL);
+  stop = false;
+  atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+  atomic_store_explicit(&state, OFF, memory_order_release);
+  if (heaps_several()) purge_want();           /* a thread came meanwhile: wanted again */
+}
+
+/* A thread with a heap is exiting (its heap no longer counted), before it
+ * gives its memory back.  If it leaves the program one thread or none, the
+ * purger goes first (this thread joins it, or takes back the wish to start
+ * it); true: it was running, and the caller, once its own memory is back,
+ * hands back what the purger watched.  Two other heaps: two other threads,
+ * no count needed. */
+bool purge_thread_exit(void) {
+  if (in_purger || heaps_several()) return false;
+  for (;;) {
+    int st = atomic_load_explicit(&state, memory_order_acquire);
+    if (st == STARTING) { sched_yield(); continue; }       /* (another thread's pthread_create) */
+    int n = os_thread_count(), purger = st == RUNNING || st == STOPPING;
+    if (n <= 0 || n - 1 - purger > 1) return false;
+    if (st == WANTED) {
+      if (!atomic_compare_exchange_strong(&state, &st, OFF)) continue;
+      atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
+    }
+    if (st != RUNNING) return false;
+    purge_stop();
+    return true;
+  }
 }
 
 /* Called where no heap lock is held (pthread_create allocates). */
@@ -164,18 +259,16 @@ void purge_start(void) {
   pthread_condattr_destroy(&ca);
   pthread_attr_t a;
   pthread_attr_init(&a);
-  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&a, 256 << 10);
   sigset_t all, old;                         /* signals are for the program's threads */
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, &a, purger_main, NULL);
+  int rc = pthread_create(&purger, &a, purger_main, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&a);
   atomic_store_explicit(&state, rc == 0 ? RUNNING : FAILED, memory_order_release);
   if (rc == 0) {
-    pthread_setname_np(t, "hakmem-purge");
+    pthread_setname_np(purger, "hakmem-purge");
     purge_arm(os_now_ms() + poll_base());
   }
 }
@@ -188,7 +281,7 @@ void purge_idle_heaps(heap_t *except) {
     if (h == except || !heap_trylock(h)) continue;
     if (h->live) {
       heap_trim_idle(h);
-      segment_purge_due(h, true, NULL);
+      segment_purge_due(h, PURGE_FORCE, NULL);
     }
     heap_unlock(h);
   }
@@ -201,10 +294,11 @@ void purge_idle_heaps(heap_t *except) {
  * again if it becomes multi-threaded. */
 void purge_fork_prepare(void) { pthread_mutex_lock(&pass_lock); }
 void purge_fork_parent(void) { pthread_mutex_unlock(&pass_lock); }
-void purge_fork_child(void) {
-  pthread_mutex_unlock(&pass_lock);            /* (taken by purge_fork_prepare) */
+void purge_fork_child(bool locked) {
+  if (locked) pthread_mutex_unlock(&pass_lock);
   pthread_mutex_init(&wake_lock, NULL);
   atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+  armed = stop = false;
   atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
   atomic_store_explicit(&state, OFF, memory_order_relaxed);
 }

@@ -34,12 +34,8 @@ static void fill(void) {
   }
 }
 
-static void *nothing(void *arg) { return arg; }
-
 TEST(emptied_segments_wait_for_a_thread_to_unmap_them) {
-  pthread_t t;                                  /* the process becomes multi-threaded */
-  CHECK(pthread_create(&t, NULL, nothing, NULL) == 0);
-  pthread_join(t, NULL);
+  test_companion_start();                       /* the process becomes multi-threaded */
   hakmem_stats_t base, a, b, c;
   hakmem_stats_get(&base);
   fill();

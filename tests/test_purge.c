@@ -270,13 +270,10 @@ static bool all_heaps_idle(void) {
   return true;
 }
 
-static void *touch(void *arg) { hakmem_free(hakmem_malloc(64)); return arg; }
-
 TEST(quiet_thread_remote_frees_reach_owner) {
-  pthread_t t, a, b;                           /* the purger runs (two threads have had a heap) */
-  pthread_create(&t, NULL, touch, NULL);
-  pthread_join(t, NULL);
-  touch(NULL);
+  test_companion_start();                      /* the purger runs (two threads have a heap) */
+  pthread_t a, b;
+  hakmem_free(hakmem_malloc(64));
   pthread_barrier_init(&rbar, NULL, 3);
   pthread_create(&a, NULL, rb_owner, NULL);
   pthread_create(&b, NULL, rb_freer, NULL);

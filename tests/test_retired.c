@@ -13,6 +13,9 @@
  *    segments four threads empty together as they finish, the cache
  *    keeping the lowest of them so as not to split the runs.
  *
+ * A companion thread that has allocated keeps the program multi-threaded,
+ * and so the purger running, throughout.
+ *
  * One program of its own, with HAKMEM_PURGE_DELAY_MS=1000: the purger must
  * not unmap the waiting segments within the bursts, whose timing the
  * sanitizer builds stretch.  (With test_purge's 2 ms, a loaded machine
@@ -42,8 +45,6 @@ static void drop(int from, int to) {
   for (int i = from; i < to; i++) hakmem_free(blk[i]);
 }
 
-static void *nothing(void *arg) { return arg; }
-
 /* Wait (up to 5 s) for the purger to leave at most keep segments mapped. */
 static size_t wait_for(size_t keep) {
   hakmem_stats_t now;
@@ -56,9 +57,7 @@ static size_t wait_for(size_t keep) {
 }
 
 TEST(a_burst_waits_and_is_taken_back) {
-  pthread_t t;                                  /* a second thread starts the purger */
-  CHECK(pthread_create(&t, NULL, nothing, NULL) == 0);
-  pthread_join(t, NULL);
+  test_companion_start();
   hakmem_stats_t base, a, b, c;
   hakmem_stats_get(&base);
   fill(0, BLOCKS);
@@ -80,6 +79,7 @@ TEST(a_burst_waits_and_is_taken_back) {
 }
 
 TEST(retired_segments_go_by_age_while_reused) {
+  test_companion_start();
   enum { HALF = 90, SOME = 36 };                /* 30 segments each; 12 */
   hakmem_stats_t base, full, now;
   hakmem_stats_get(&base);
@@ -114,6 +114,7 @@ TEST(retired_segments_go_by_age_while_reused) {
 }
 
 TEST(unused_retired_segments_go_together) {
+  test_companion_start();
   hakmem_stats_t base, a, b;
   hakmem_stats_get(&base);
   fill(0, 180);                                 /* 60 segments, emptied a group at a time */
@@ -155,6 +156,7 @@ static int by_address(const void *a, const void *b) {
 }
 
 TEST(segments_threads_emptied_go_together) {
+  test_companion_start();
   hakmem_malloc_trim(0);                        /* from an empty cache and retired list */
   hakmem_stats_t a, peak, b;
   hakmem_stats_get(&a);
