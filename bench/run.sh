@@ -14,12 +14,13 @@
 #
 # Environment: RUNS (repetitions; 5, or 10 for ab), SUITE=full (adds the 8-thread
 # and other longer variants), BENCH="names" (a subset), ALLOCS="names",
-# TIMEOUT (seconds per run, 300).  See bench/README.md.
+# SAVE=1 (the run becomes bench/results/latest.*), TIMEOUT (seconds per run,
+# 300).  See bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-compare}
 OUT=build/bench
-RESULTS=bench/results
+RESULTS=$OUT/results     # untracked: a run leaves the clone as it was, unless SAVE=1
 TIMEOUT=${TIMEOUT:-300}
 mkdir -p "$OUT" "$RESULTS"
 TMP=$(mktemp -d "$OUT/run.XXXXXX")     # this run's scratch files: runs may overlap
@@ -27,6 +28,8 @@ trap 'rm -rf "$TMP"' EXIT
 trap 'exit 130' INT TERM   # timeout keeps runs out of the terminal's signals: stop after this run
 note() { echo "note: $*" >&2; }
 failed() { printf '\nFAILED: %s under %s:\n' "$1" "$2" >&2; tail -5 "$TMP/last.err" >&2; }
+# Progress: one line rewritten in place on a terminal, a line each in a log.
+progress() { if [ -t 2 ]; then printf '\r%s ' "$*" >&2; else echo "$*" >&2; fi; }
 
 # ---- what the mode needs, installed from Debian's packages when missing ----
 packages=(time python3 sqlite3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools)
@@ -41,6 +44,12 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"; } >/dev/null 2>&1 ||
     note "could not install all of ${need[*]}; what is missing is skipped"
+  # The package starts and enables a system redis on port 6379; the benchmark
+  # starts its own server on a private port, so the service is stopped and disabled.
+  if [[ " ${need[*]} " == *" redis-server "* ]]; then
+    { $SUDO systemctl stop redis-server; $SUDO systemctl disable redis-server                # systemd
+      $SUDO service redis-server stop; $SUDO update-rc.d redis-server disable; } >/dev/null 2>&1 || true   # sysvinit
+  fi
 fi
 
 # glibc's malloc is chosen by preloading libc itself: a program linked with
@@ -181,14 +190,15 @@ interleave() {  # raw-file
         v=${VARIANTS[$(((i + run - 1) % nv))]}
         n=$((n + 1))
         local left=$(((SECONDS - start) * (total - n + 1) / n))
-        printf '\r[%d/%d] run %d/%d %-14s %-9s %4ds elapsed, ~%ds left ' "$n" "$total" "$run" "$RUNS" "$b" "$v" \
-          $((SECONDS - start)) "$left" >&2
+        progress "$(printf '[%d/%d] run %d/%d %-14s %-9s %4ds elapsed, ~%ds left' "$n" "$total" "$run" "$RUNS" "$b" "$v" \
+          $((SECONDS - start)) "$left")"
         if res=$(run_one "$v" "$b"); then echo "$b $v $run $res" >>"$raw"
         else failed "$b" "$v"; fi
       done
     done
   done
-  printf '\rdone: %d runs in %ds%*s\n' "$total" $((SECONDS - start)) 40 "" >&2
+  [ ! -t 2 ] || printf '\r%*s\r' 70 "" >&2
+  printf 'done: %d runs in %ds\n' "$total" $((SECONDS - start)) >&2
 }
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -201,10 +211,11 @@ compare)
   use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"
   interleave "$stem.raw"
   python3 bench/report.py compare "$stem" "$commit" "$RUNS" "$BENCH" "${VARIANTS[*]}"
-  # The README shows the latest full comparison.
-  if [ -z "${ALLOCS:-}" ] && [ "$BENCH" = "$ORDER" ]; then
-    cp "$stem.svg" $RESULTS/latest.svg
-    cp "$stem.md" $RESULTS/latest.md
+  # SAVE=1: the run becomes the tracked table and chart the README shows.
+  if [ "${SAVE:-}" = 1 ]; then
+    cp "$stem.md" bench/results/latest.md
+    [ ! -f "$stem.svg" ] || cp "$stem.svg" bench/results/latest.svg
+    echo "saved as bench/results/latest.md and .svg" >&2
   fi ;;
 ab)
   [ $# -eq 3 ] || { echo "usage: bench/run.sh ab SPEC_A SPEC_B   (SPEC: REV[:VAR=VALUE...], . = working tree)" >&2; exit 2; }
@@ -228,7 +239,7 @@ callgrind)
     read -r prog _ args <<<"${CMD[$b]}"
     for v in "${VARIANTS[@]}"; do
       for iters in 200000 1200000; do
-        printf '\rcallgrind %-10s %-9s %8d iterations ' "$b" "$v" "$iters" >&2
+        progress "$(printf 'callgrind %-10s %-9s %8d iterations' "$b" "$v" "$iters")"
         env LD_PRELOAD="${VLIB[$v]}" ${VENV[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
           "$prog" "$iters" $args >"$TMP/cg.res"
         callgrind_annotate --threshold=100 "$TMP/cg.out" >"$TMP/cg.txt"
@@ -240,7 +251,7 @@ callgrind)
       done
     done
   done
-  echo >&2
+  [ ! -t 2 ] || echo >&2
   python3 bench/report.py callgrind "$stem" "$commit" ;;
 syscalls)
   command -v strace >/dev/null || { echo "strace is not installed" >&2; exit 1; }
@@ -251,14 +262,14 @@ syscalls)
   BENCH="startup $BENCH"
   for b in $BENCH; do
     for v in "${VARIANTS[@]}"; do
-      printf '\rstrace %-14s %-9s ' "$b" "$v" >&2
+      progress "$(printf 'strace %-14s %-9s' "$b" "$v")"
       if res=$(run_one "$v" "$b"); then
         counts=$(awk '$1 ~ /^(mmap|munmap|madvise|mremap|brk)$/ { printf " %s=%s", $1, $2 }' "$TMP/strace.txt")
         echo "$b $v 1 ${res%% *}$counts" >>"$stem-syscalls.raw"
       else failed "$b" "$v"; fi
     done
   done
-  echo >&2
+  [ ! -t 2 ] || echo >&2
   python3 bench/report.py syscalls "$stem" "$commit" "$BENCH" "${VARIANTS[*]}" ;;
 *)
   sed -n '2,18p' "$0" >&2; exit 2 ;;
