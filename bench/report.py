@@ -2,17 +2,21 @@
 """Turn bench/run.sh's raw lines into tables (markdown, printed and written
 next to the raw file), a CSV and an SVG chart.  One function per mode:
 
-  report.py compare   STEM COMMIT RUNS BENCHES VARIANTS   table, CSV, chart
+  report.py compare   STEM COMMIT RUNS BENCHES VARIANTS [SUITE [NOTE]]
+                                                          table, CSV, chart
   report.py ab        STEM SPEC_A SPEC_B RUNS BENCHES     verdict per benchmark
   report.py callgrind STEM COMMIT                         instructions per pair
   report.py syscalls  STEM COMMIT BENCHES VARIANTS        OS call counts
 
-Raw lines are "bench variant run key=value ..." (the RESULT fields)."""
+Raw lines are "bench variant run key=value ..." (the RESULT fields).  Beside
+them run.sh writes STEM.allocs ("name version library" of each allocator)
+and STEM.skipped ("bench why" of each row it could not run).  The ratios are
+to the allocator REF names, else mimalloc, else the first mimalloc* given,
+else the first one other than hakmem."""
 import datetime, math, os, statistics, sys
 
 import svg
 
-REF = "mimalloc"
 RSS_SAMPLES = ["rss0_kib", "rss50_kib", "rss100_kib", "rss200_kib"]
 NOT_EXTRA = {"run", "ops", "secs", "ops_per_sec", "maxrss_kib", "peak_rss_kib", "peak_kib", "mallocs", *RSS_SAMPLES}
 
@@ -61,6 +65,32 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
 
 
+def read_lines(path):
+    try:
+        return [line.rstrip("\n") for line in open(path) if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def read_allocs(stem):
+    """{allocator: (version, library)}"""
+    return {n: (ver, lib) for n, ver, lib in (line.split(" ", 2) for line in read_lines(stem + ".allocs"))}
+
+
+def label(v, allocs):
+    """An allocator's name with its version, for table heads and the legend."""
+    return f"{v} {allocs[v][0]}" if v in allocs else v
+
+
+def reference(variants):
+    named = os.environ.get("REF")
+    if named in variants:
+        return named
+    mimallocs = [v for v in variants if v.startswith("mimalloc")]
+    others = [v for v in variants if v != "hakmem"]
+    return "mimalloc" if "mimalloc" in variants else (mimallocs or others or variants)[0]
+
+
 def write(stem, md, csv_rows=None):
     open(stem + ".md", "w").write("\n".join(md) + "\n")
     written = [stem + ".md"]
@@ -71,34 +101,68 @@ def write(stem, md, csv_rows=None):
     return written
 
 
-def compare(stem, commit, nruns, benches, variants):
+def compare(stem, commit, nruns, benches, variants, suite="default", note=""):
     runs = read_raw(stem + ".raw")
-    ops = {(b, v): values(runs, b, v, "ops_per_sec") for b in benches for v in variants}
+    allocs, ref = read_allocs(stem), reference(variants)
+    heads = [label(v, allocs) for v in variants]
+    timed = suite == "mimalloc-bench"           # rows measured in seconds, as bench.sh counts them
+    field = "secs" if timed else "ops_per_sec"
+    xs = {(b, v): values(runs, b, v, field) for b in benches for v in variants}
+    cost = {k: (med(x) if timed else 1 / med(x)) if x and med(x) > 0 else math.nan   # time, lower is better
+            for k, x in xs.items()}
+    speed = {k: cost[(k[0], ref)] / c for k, c in cost.items()}      # >1: faster than ref
     peak = {(b, v): med(values(runs, b, v, "peak_kib")) for b in benches for v in variants}
-    has_ref = REF in variants
-    ratio = {k: med(x) / med(ops[(k[0], REF)]) if has_ref and x and ops[(k[0], REF)] else math.nan
-             for k, x in ops.items()}
-    rss_ratio = {k: p / peak[(k[0], REF)] if has_ref else math.nan for k, p in peak.items()}
+    rss_ratio = {k: p / peak[(k[0], ref)] for k, p in peak.items()}
+    # hakmem's time over the fastest other allocator's, per row
+    peers = [v for v in variants if v != "hakmem"]
+    best = {}
+    if "hakmem" in variants and peers:
+        for b in benches:
+            done = [v for v in peers if cost[(b, v)] == cost[(b, v)]]
+            if done and cost[(b, "hakmem")] == cost[(b, "hakmem")]:
+                v = min(done, key=lambda v: cost[(b, v)])
+                best[b] = (cost[(b, "hakmem")] / cost[(b, v)], v)
+    skipped = [line.split(" ", 1) for line in read_lines(stem + ".skipped")]
 
-    md = [f"# hakmem benchmark comparison: {commit}, {datetime.date.today()}", "",
-          f"`make bench`: {nruns} interleaved runs per benchmark and allocator, on {os.cpu_count()} cores "
-          f"(load average at the end {os.getloadavg()[0]:.1f}).", "",
-          f"Throughput in operations per second: median [min-max] and, after it, the median relative to "
-          f"{REF}'s (>1 is faster). Single-thread benchmarks are timed in CPU time, which a busy machine "
-          f"does not inflate; multi-threaded ones in wall time. What an operation is: bench/README.md.", ""]
+    load = f"on {os.cpu_count()} cores (load average at the end {os.getloadavg()[0]:.1f})"
+    if timed:
+        md = [f"# mimalloc-bench suite: hakmem {commit}, {datetime.date.today()}", "",
+              f"`SUITE=mimalloc-bench bench/run.sh`: the programs of {note} (the arguments of its bench.sh), "
+              f"{nruns} interleaved runs per row and allocator, {load}.", "",
+              "Time in seconds as bench.sh counts it (wall clock; for larson, xmalloc-test, rptest and glibc-thread "
+              "the time it derives from the rate they report): median [min-max] and, after it, the median relative "
+              f"to {ref}'s (<1 is faster)."]
+    else:
+        md = [f"# hakmem benchmark comparison: {commit}, {datetime.date.today()}", "",
+              f"`make bench`: {nruns} interleaved runs per benchmark and allocator, {load}.", "",
+              f"Throughput in operations per second: median [min-max] and, after it, the median relative to "
+              f"{ref}'s (>1 is faster). Single-thread benchmarks are timed in CPU time, which a busy machine "
+              f"does not inflate; multi-threaded ones in wall time. What an operation is: bench/README.md."]
+    if best:
+        md[-1] += (" `hakmem / best peer`: hakmem's median time over that of the fastest other allocator "
+                   "(named; <1: hakmem is the fastest).")
+    md += ["", "Allocators: " + ", ".join(f"{v} {allocs[v][0]} (`{allocs[v][1]}`)" if v in allocs else v
+                                          for v in variants) + ".", ""]
     rows = []
     for b in benches:
         row = [b]
         for v in variants:
-            x = ops[(b, v)]
-            row.append(f"{si(med(x))} [{si(min(x))}-{si(max(x))}] {ratio[(b, v)]:.2f}x" if x else "failed")
+            x, r = xs[(b, v)], speed[(b, v)]
+            row.append(f"{si(med(x))} [{si(min(x))}-{si(max(x))}] {1 / r if timed else r:.2f}x" if x else "failed")
+        if best:
+            row.append(f"{best[b][0]:.2f} ({best[b][1]})" if b in best else "-")
         rows.append(row)
-    gm = [geomean([1 / ratio[(b, v)] for b in benches if ratio[(b, v)] == ratio[(b, v)]]) for v in variants]
-    rows.append([f"**time vs {REF}, geomean** (<1 is faster)"] + [f"**{g:.3f}**" for g in gm])
-    md += table(["benchmark"] + variants, rows)
+    rows += [[b, f"skipped: {why}"] + [""] * (len(variants) - 1 + bool(best)) for b, why in skipped]
+    gm = [geomean([1 / speed[(b, v)] for b in benches]) for v in variants]
+    rows.append([f"**time vs {ref}, geomean** (<1 is faster)"] + [f"**{g:.3f}**" for g in gm] +
+                ([f"**{geomean([r for r, _ in best.values()]):.3f}**"] if best else []))
+    md += table(["benchmark"] + heads + (["hakmem / best peer"] if best else []), rows)
 
     md += ["", "Peak RSS in MiB, median (for redis: the server's VmHWM).", ""]
-    md += table(["benchmark"] + variants, [[b] + [mib(peak[(b, v)]) for v in variants] for b in benches])
+    rows = [[b] + [mib(peak[(b, v)]) for v in variants] for b in benches]
+    rows.append([f"**peak RSS vs {ref}, geomean**"] +
+                [f"**{geomean([rss_ratio[(b, v)] for b in benches]):.3f}**" for v in variants])
+    md += table(["benchmark"] + heads, rows)
 
     rss_benches = [b for b in benches if any(values(runs, b, v, "rss200_kib") for v in variants)]
     if rss_benches:
@@ -112,22 +176,25 @@ def compare(stem, commit, nruns, benches, variants):
               if any(x != 0 for v in variants for x in values(runs, b, v, f))]
     if extras:
         md += ["", "Other measurements (median).", ""]
-        md += table(["benchmark", "measure"] + variants,
+        md += table(["benchmark", "measure"] + heads,
                     [[b, f] + [si(med(values(runs, b, v, f))) for v in variants] for b, f in extras])
 
-    csv = [["benchmark", "allocator", "runs", "median_ops_per_sec", "min_ops_per_sec", "max_ops_per_sec",
-            f"ratio_to_{REF}", "median_peak_rss_kib"] + RSS_SAMPLES]
+    csv = [["benchmark", "allocator", "version", "runs", f"median_{field}", f"min_{field}", f"max_{field}",
+            f"time_ratio_to_{ref}", "median_peak_rss_kib"] + RSS_SAMPLES]
     for b in benches:
         for v in variants:
-            x = ops[(b, v)]
+            x = xs[(b, v)]
             if x:
-                csv.append([b, v, len(x), f"{med(x):.0f}", f"{min(x):.0f}", f"{max(x):.0f}", f"{ratio[(b, v)]:.4f}",
-                            f"{peak[(b, v)]:.0f}"] + [f"{med(values(runs, b, v, f)):.0f}" for f in RSS_SAMPLES])
+                csv.append([b, v, allocs.get(v, ("",))[0], len(x), f"{med(x):.6g}", f"{min(x):.6g}", f"{max(x):.6g}",
+                            f"{1 / speed[(b, v)]:.4f}", f"{peak[(b, v)]:.0f}"] +
+                           [f"{med(values(runs, b, v, f)):.0f}" for f in RSS_SAMPLES])
     written = write(stem, md, csv)
-    if has_ref:
-        open(stem + ".svg", "w").write(svg.chart(f"hakmem {commit}, {datetime.date.today()}, {nruns} runs",
-                                                 benches, variants, ratio, rss_ratio, REF))
-        written.append(stem + ".svg")
+    first = (f"Speed relative to {ref} ({ref}'s time / time; higher is better)" if timed else
+             f"Throughput relative to {ref} (higher is better)")
+    title = f"{'mimalloc-bench suite: ' if timed else ''}hakmem {commit}, {datetime.date.today()}, {nruns} runs"
+    open(stem + ".svg", "w").write(svg.chart(title, benches, variants, speed, rss_ratio, ref,
+                                             {v: label(v, allocs) for v in variants}, first))
+    written.append(stem + ".svg")
     print("\nwritten: " + " ".join(written))
 
 
@@ -178,8 +245,9 @@ def callgrind(stem, commit):
           "divided by the extra malloc+free pairs: the allocator's user-space instructions per pair "
           "(exact and repeatable; system calls and page faults are not counted).", ""]
     # One ratio column: hakmem against the reference, or the second build against the first.
-    pair = ("hakmem", REF) if {"hakmem", REF} <= set(variants) else tuple(variants[::-1]) if len(variants) == 2 else None
-    hdr = ["benchmark"] + variants + ([f"{pair[0]}/{pair[1]}"] if pair else [])
+    ref, allocs = reference(variants), read_allocs(stem)
+    pair = ("hakmem", ref) if {"hakmem", ref} <= set(variants) else tuple(variants[::-1]) if len(variants) == 2 else None
+    hdr = ["benchmark"] + [label(v, allocs) for v in variants] + ([f"{pair[0]}/{pair[1]}"] if pair else [])
     rows = []
     for b in benches:
         row = [b] + [f"{per_pair[(b, v)]:.1f}" if (b, v) in per_pair else "-" for v in variants]
@@ -193,7 +261,7 @@ def callgrind(stem, commit):
 
 
 def syscalls(stem, commit, benches, variants):
-    runs = read_raw(stem + "-syscalls.raw")
+    runs, allocs = read_raw(stem + "-syscalls.raw"), read_allocs(stem)
     calls = ["mmap", "munmap", "madvise", "mremap", "brk"]
     md = [f"# OS calls per run (strace -f -c): {commit}, {datetime.date.today()}", "",
           "One run of each benchmark per allocator. The counts include those of start-up, shown alone in the "
@@ -210,14 +278,14 @@ def syscalls(stem, commit, benches, variants):
         for v in variants:
             r = runs.get((b, v), [{}])[0]
             if not r:
-                rows.append([b, v, "failed"] + [""] * (len(calls) + 2))
+                rows.append([b, label(v, allocs), "failed"] + [""] * (len(calls) + 2))
                 continue
             n = [int(r.get(c, 0)) for c in calls]
             ops, per = float(r.get("ops", 0) or 0), ""
             if ops > 0 and start[v] is not None and b != "startup":
                 x = (sum(n) - start[v]) / ops * 1e6
                 per = f"{x:.1f}" if x < 1000 else si(x)
-            rows.append([b, v, si(r.get("ops", math.nan))] + [str(x) for x in n] + [str(sum(n)), per])
+            rows.append([b, label(v, allocs), si(r.get("ops", math.nan))] + [str(x) for x in n] + [str(sum(n)), per])
     md += table(["benchmark", "allocator", "ops"] + calls + ["total", "beyond start-up per M ops"], rows)
     print("\nwritten: " + " ".join(write(stem + "-syscalls", md)))
 
@@ -225,7 +293,7 @@ def syscalls(stem, commit, benches, variants):
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "compare":
-        compare(args[0], args[1], args[2], args[3].split(), args[4].split())
+        compare(args[0], args[1], args[2], args[3].split(), args[4].split(), *args[5:7])
     elif mode == "ab":
         ab(args[0], args[1], args[2], args[3], args[4].split())
     elif mode == "callgrind":

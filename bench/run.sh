@@ -3,6 +3,9 @@
 #
 #   bench/run.sh                  every benchmark under hakmem, glibc, mimalloc,
 #                                 jemalloc and tcmalloc, interleaved; table + chart
+#   SUITE=mimalloc-bench MIMALLOC_BENCH=DIR bench/run.sh
+#                                 the same with the programs of mimalloc-bench
+#                                 (built in DIR) and its bench.sh's arguments
 #   bench/run.sh ab SPEC_A SPEC_B two builds or two settings of hakmem, RUNS >= 10
 #                                 interleaved; a GO / NEUTRAL / NO-GO verdict each
 #   bench/run.sh callgrind [SPEC...]  instructions per malloc+free pair (valgrind),
@@ -12,10 +15,11 @@
 # SPEC is a git revision, "." for the working tree, either one followed by
 # ":VAR=VALUE" settings:  ab a7b24ae 581c59b   ab . .:HAKMEM_PURGE_DELAY_MS=0
 #
-# Environment: RUNS (repetitions; 5, or 10 for ab), SUITE=full (adds the 8-thread
-# and other longer variants), BENCH="names" (a subset), ALLOCS="names",
-# SAVE=1 (the run becomes bench/results/latest.*), TIMEOUT (seconds per run,
-# 300).  See bench/README.md.
+# Environment: RUNS (repetitions; 5, 3 for mimalloc-bench, 10 for ab),
+# SUITE=full (adds the 8-thread and other longer variants), BENCH="names" (a
+# subset), ALLOCS="names" (a name is also NAME=LIBRARY.so[@VERSION]), REF (the
+# allocator the ratios are to), SAVE=1 (the run becomes bench/results/latest.*),
+# TIMEOUT (seconds per run, 300).  See bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-compare}
@@ -32,7 +36,9 @@ failed() { printf '\nFAILED: %s under %s:\n' "$1" "$2" >&2; tail -5 "$TMP/last.e
 progress() { if [ -t 2 ]; then printf '\r%s ' "$*" >&2; else echo "$*" >&2; fi; }
 
 # ---- what the mode needs, installed from Debian's packages when missing ----
-packages=(time python3 sqlite3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools)
+packages=(time python3 sqlite3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools
+  lua5.4 z3 perl gcc)
+[ "${SUITE:-}" != mimalloc-bench ] || packages+=(ruby)
 case $MODE in
   callgrind) packages+=(valgrind) ;;
   syscalls) packages+=(strace) ;;
@@ -54,12 +60,29 @@ fi
 
 # glibc's malloc is chosen by preloading libc itself: a program linked with
 # another allocator (Debian's redis-server uses jemalloc) then gets glibc's.
+# VER: each allocator's version for the tables: hakmem's commit, the Debian
+# package's version.
 libpath() { dpkg -L "$1" 2>/dev/null | grep -E "/$2[^/]*\.so(\.[0-9]+)*$" | head -1; }
-declare -A LIB=([hakmem]="$PWD/build/libhakmem.so" [glibc]="$(cc -print-file-name=libc.so.6)")
+pkgver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo unknown; }
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD -- src include 2>/dev/null || commit+="+dirty"
+declare -A LIB=([hakmem]="$PWD/build/libhakmem.so" [glibc]="$(readlink -f "$(cc -print-file-name=libc.so.6)")")
+declare -A VER=([hakmem]=$commit [glibc]=$(pkgver libc6))
 for spec in mimalloc:libmimalloc2.0:libmimalloc jemalloc:libjemalloc2:libjemalloc tcmalloc:libtcmalloc-minimal4:libtcmalloc_minimal; do
   IFS=: read -r name pkg file <<<"$spec"
-  path=$(libpath "$pkg" "$file") && [ -n "$path" ] && LIB[$name]=$path
+  path=$(libpath "$pkg" "$file") && [ -n "$path" ] && LIB[$name]=$path && VER[$name]=$(pkgver "$pkg")
 done
+
+# The version of a library given by path (ALLOCS="NAME=PATH"): a VERSION file
+# beside it, else `git describe` of its source: the cmake source of the build
+# directory it is in, or the git checkout it is in; else "unknown".
+libversion() {
+  local dir src
+  dir=$(dirname "$1")
+  [ ! -f "$dir/VERSION" ] || { head -1 "$dir/VERSION"; return; }
+  src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$dir/CMakeCache.txt" 2>/dev/null)
+  git -C "${src:-$dir}" describe --tags --always --dirty 2>/dev/null || echo unknown
+}
 
 # ---- the suite ---------------------------------------------------------------
 make -s all
@@ -110,6 +133,10 @@ rssfree-exit   default  $B/rss_free 4 300 exit
 redis          default  bench/redis.sh 100000
 python         default  python3 bench/python_objects.py 100000
 sqlite         default  bench/sqlite.sh 200000
+lua            default  bench/apps.sh lua
+z3             default  bench/apps.sh z3
+gcc            default  bench/apps.sh gcc
+perl           default  bench/apps.sh perl
 startup        none     $B/fixed_size 0 16 1
 EOF
 )
@@ -119,20 +146,95 @@ while read -r name suite cmd; do
   CMD[$name]=$cmd
   if [ "$suite" = default ] || { [ "$suite" = full ] && [ "${SUITE:-default}" = full ]; }; then ORDER+="$name "; fi
 done <<<"$SUITE_TABLE"
+
+# SUITE=mimalloc-bench: the programs of mimalloc-bench (github.com/daanx/mimalloc-bench),
+# built outside this repository (bench/README.md), with the arguments its
+# bench.sh gives them on this machine's P cores, under bench.sh's row names.
+# Each runs under bench/field.sh, which times it as bench.sh does.
+if [ "${SUITE:-}" = mimalloc-bench ]; then
+  MB=${MIMALLOC_BENCH:?"SUITE=mimalloc-bench needs MIMALLOC_BENCH=<its built bench/ directory>"}
+  MB=$(cd "$MB" && pwd)
+  MS=${MIMALLOC_BENCH_SRC:-$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$MB/CMakeCache.txt" 2>/dev/null)}
+  [ -d "$MS" ] || { echo "no mimalloc-bench sources (its bench/ folder): set MIMALLOC_BENCH_SRC" >&2; exit 2; }
+  P=$(nproc)
+  FIELD_TABLE=$(cat <<EOF
+cfrac           $MB/cfrac 17545186520507317056371138836327483792789528
+espresso        $MB/espresso $MS/espresso/largest.espresso
+barnes          -i $MS/barnes/input $MB/barnes
+redis           bench/redis.sh field
+larsonN-sized   $MB/larson-sized 5 8 1000 5000 100 4141 $P
+mstressN        $MB/mstress $P 50 25
+rptestN         $MB/rptest $P 0 1 2 500 1000 100 8 16000
+alloc-test1     $MB/alloc-test 1
+alloc-testN     $MB/alloc-test $((P > 16 ? 16 : P))
+sh6benchN       $MB/sh6bench $((2 * P))
+sh8benchN       $MB/sh8bench $((2 * P))
+xmalloc-testN   $MB/xmalloc-test -w $P -t 5 -s 64
+cache-scratch1  $MB/cache-scratch 1 1000 1 2000000 $P
+cache-scratchN  $MB/cache-scratch $P 1000 1 2000000 $P
+glibc-simple    $MB/glibc-simple
+glibc-thread    $MB/glibc-thread $P
+larsonN         $MB/larson 5 8 1000 5000 100 4141 $P
+malloc-large    $MB/malloc-large
+mleak10         $MB/mleak 5
+mleak100        $MB/mleak 50
+rbstress1       ruby $MS/rbstress/stress_mem.rb 1
+rbstressN       ruby $MS/rbstress/stress_mem.rb $P
+cache-thrash1   $MB/cache-thrash 1 1000 1 2000000 $P
+cache-thrashN   $MB/cache-thrash $P 1000 1 2000000 $P
+z3              z3 -smt2 $MS/z3/test1.smt2
+EOF
+  )
+  ORDER=""
+  while read -r name cmd; do
+    if [[ $cmd == bench/* ]]; then CMD[$name]=$cmd; else CMD[$name]="bench/field.sh $name $cmd"; fi
+    ORDER+="$name "
+  done <<<"$FIELD_TABLE"
+fi
 BENCH=${BENCH:-$ORDER}
 for b in $BENCH; do [ -v "CMD[$b]" ] || { echo "unknown benchmark $b; known: ${!CMD[*]}" >&2; exit 2; }; done
-if [[ " $BENCH " == *" redis "* ]] && ! command -v redis-server >/dev/null; then
-  note "redis-server is not installed; the redis benchmark is skipped"
-  BENCH=${BENCH/redis/}
-fi
+
+# A row whose program, input or tool is missing is skipped, and the report says
+# so: its command's first word and every absolute path in it must exist, and
+# what NEEDS lists for it must be installed.
+declare -A NEEDS=([redis]="redis-server redis-cli redis-benchmark" [sqlite]=sqlite3 [lua]=lua5.4 [z3]=z3 [gcc]=gcc
+  [perl]=perl)
+missing() {  # bench: prints what it lacks
+  local w words
+  read -ra words <<<"${CMD[$1]#bench/field.sh $1 }"
+  [ "${words[0]}" != -i ] || words=("${words[@]:2}" "${words[1]}")
+  for w in "${words[0]}" ${NEEDS[$1]:-}; do command -v "$w" >/dev/null || echo "$w"; done
+  for w in "${words[@]:1}"; do [[ $w != /* ]] || [ -e "$w" ] || echo "$w"; done
+}
+SKIPPED=""     # lines "bench why"
+skip() { note "$1 is skipped: $2"; SKIPPED+="$1 $2"$'\n'; }
+run=""
+for b in $BENCH; do
+  lacks=$(missing "$b" | paste -sd ' ')
+  if [ -n "$lacks" ]; then skip "$b" "not found: $lacks"
+  elif [ "${P:-2}" -eq 1 ] && [[ $b =~ ^(alloc-test|cache-scratch|cache-thrash|rbstress)N$ ]]; then
+    skip "$b" "one core (bench.sh runs it on more than one)"
+  else run+="$b "; fi
+done
+BENCH=$run
 
 # ---- variants: what is compared (allocators, or hakmem builds/settings) ------
 declare -A VLIB VENV      # variant -> library to preload, "VAR=VALUE ..." settings
 VARIANTS=()
+# An allocator is a name of LIB, or NAME=PATH[@VERSION]: a library built
+# elsewhere (the newest releases: bench/README.md), its version given or found.
 use_allocs() {
+  local a name path
   for a in ${ALLOCS:-$1}; do
-    if [ -v "LIB[$a]" ]; then VARIANTS+=("$a"); VLIB[$a]=${LIB[$a]}; VENV[$a]=""
-    else note "$a is not available (install failed?); skipped"; fi
+    name=${a%%=*}
+    if [ "$name" != "$a" ]; then
+      path=${a#*=}
+      LIB[$name]=${path%@*}
+      if [ "$path" != "${path%@*}" ]; then VER[$name]=${path##*@}; else VER[$name]=$(libversion "${LIB[$name]}"); fi
+      [ -f "${LIB[$name]}" ] || { note "$name: no library ${LIB[$name]}; skipped"; continue; }
+    fi
+    if [ -v "LIB[$name]" ]; then VARIANTS+=("$name"); VLIB[$name]=${LIB[$name]}; VENV[$name]=""
+    else note "$name is not available (install failed?); skipped"; fi
   done
 }
 
@@ -201,21 +303,34 @@ interleave() {  # raw-file
   printf 'done: %d runs in %ds\n' "$total" $((SECONDS - start)) >&2
 }
 
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD -- src include 2>/dev/null || commit+="+dirty"
+# For the report: "name version library" of each allocator, the skipped rows.
+describe_run() {  # stem
+  local v
+  for v in "${VARIANTS[@]}"; do echo "$v ${VER[$v]:-unknown} ${VLIB[$v]}"; done >"$1.allocs"
+  printf '%s' "$SKIPPED" >"$1.skipped"
+}
+
+SUITE_NAME=${SUITE:-default}
 stem=$RESULTS/$(date +%F-%H%M%S)-$commit
+[ "$SUITE_NAME" != mimalloc-bench ] || stem+=-mimalloc-bench
 
 case $MODE in
 compare)
-  RUNS=${RUNS:-5}
+  if [ "$SUITE_NAME" = mimalloc-bench ]; then
+    RUNS=${RUNS:-3}
+    note="mimalloc-bench $(git -C "$MS" describe --tags --always --dirty 2>/dev/null || echo "in $MS") at $P threads"
+  else RUNS=${RUNS:-5}; note=""; fi
   use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"
+  describe_run "$stem"
   interleave "$stem.raw"
-  python3 bench/report.py compare "$stem" "$commit" "$RUNS" "$BENCH" "${VARIANTS[*]}"
+  python3 bench/report.py compare "$stem" "$commit" "$RUNS" "$BENCH" "${VARIANTS[*]}" "$SUITE_NAME" "$note"
   # SAVE=1: the run becomes the tracked table and chart the README shows.
   if [ "${SAVE:-}" = 1 ]; then
-    cp "$stem.md" bench/results/latest.md
-    [ ! -f "$stem.svg" ] || cp "$stem.svg" bench/results/latest.svg
-    echo "saved as bench/results/latest.md and .svg" >&2
+    saved=bench/results/latest
+    [ "$SUITE_NAME" != mimalloc-bench ] || saved=bench/results/mimalloc-bench
+    cp "$stem.md" "$saved.md"
+    [ ! -f "$stem.svg" ] || cp "$stem.svg" "$saved.svg"
+    echo "saved as $saved.md and .svg" >&2
   fi ;;
 ab)
   [ $# -eq 3 ] || { echo "usage: bench/run.sh ab SPEC_A SPEC_B   (SPEC: REV[:VAR=VALUE...], . = working tree)" >&2; exit 2; }
@@ -229,7 +344,7 @@ ab)
 callgrind)
   command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
   if [ $# -gt 1 ]; then for spec in "${@:2}"; do add_spec "$spec" "$spec"; done
-  else use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"; fi
+  else use_allocs "hakmem glibc mimalloc jemalloc tcmalloc"; describe_run "$stem"; fi
   # Two iteration counts; their difference cancels start-up and exit, and the
   # benchmark's own loop (main's self cost) is subtracted: what is left is the
   # allocator's instructions for the extra malloc+free pairs (user space only).
@@ -238,17 +353,19 @@ callgrind)
   for b in $CG; do
     read -r prog _ args <<<"${CMD[$b]}"
     for v in "${VARIANTS[@]}"; do
+      : >"$TMP/cg.lines"        # kept only when both counts are had
       for iters in 200000 1200000; do
         progress "$(printf 'callgrind %-10s %-9s %8d iterations' "$b" "$v" "$iters")"
         env LD_PRELOAD="${VLIB[$v]}" ${VENV[$v]} valgrind -q --tool=callgrind --callgrind-out-file="$TMP/cg.out" \
-          "$prog" "$iters" $args >"$TMP/cg.res"
+          "$prog" "$iters" $args >"$TMP/cg.res" 2>"$TMP/last.err" || { failed "$b (callgrind)" "$v"; continue 2; }
         callgrind_annotate --threshold=100 "$TMP/cg.out" >"$TMP/cg.txt"
         awk -v b="$b" -v v="$v" -v it="$iters" '
           FNR == NR { if (match($0, /mallocs=[0-9]+/)) m = substr($0, RSTART + 8, RLENGTH - 8); next }
           /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
           $0 ~ /:main( |$)/ { gsub(",", "", $1); self += $1 }
-          END { print b, v, it, m, total, self }' "$TMP/cg.res" "$TMP/cg.txt" >>"$stem-callgrind.raw"
+          END { print b, v, it, m, total, self }' "$TMP/cg.res" "$TMP/cg.txt" >>"$TMP/cg.lines"
       done
+      cat "$TMP/cg.lines" >>"$stem-callgrind.raw"
     done
   done
   [ ! -t 2 ] || echo >&2
@@ -256,6 +373,7 @@ callgrind)
 syscalls)
   command -v strace >/dev/null || { echo "strace is not installed" >&2; exit 1; }
   use_allocs "hakmem mimalloc"
+  describe_run "$stem"
   # One run each under strace (which distorts time, so no throughput here).
   : >"$stem-syscalls.raw"
   WRAP="strace -f -qq --seccomp-bpf -c -U name,calls -e trace=mmap,munmap,madvise,mremap,brk -o $PWD/$TMP/strace.txt"

@@ -12,24 +12,33 @@ TICKS = [0.125, 0.25, 0.5, 1, 2, 4, 8]
 BAR, GAP, LEFT, PANEL, LABELS = 7, 14, 60, 220, 95
 
 
-def chart(title, benches, variants, ratio, rss_ratio, ref):
-    colors = {v: COLORS.get(v, EXTRA_COLORS[i % len(EXTRA_COLORS)]) for i, v in enumerate(variants)}
+def chart(title, benches, variants, ratio, rss_ratio, ref, labels=None, first=None):
+    """ratio: speed relative to ref (>1 faster); labels: the legend's name of
+    each variant (with its version); first: the first panel's title."""
+    extra = iter(EXTRA_COLORS * len(variants))          # the named colours first, then the others in turn
+    colors = {v: COLORS.get(v) or next(extra) for v in variants}
+    labels = labels or {}
     group = BAR * len(variants) + GAP
     width = LEFT + group * len(benches) + 20
-    panels = [("Throughput relative to " + ref + " (higher is better)", ratio),
+    panels = [(first or "Throughput relative to " + ref + " (higher is better)", ratio),
               ("Peak RSS relative to " + ref + " (lower is better)", rss_ratio)]
-    height = 60 + len(panels) * (PANEL + LABELS + 30)
+    legend = []                                         # (variant, text, x, y), wrapped to the width
+    x, y = LEFT, 32
+    for v in variants:
+        text = labels.get(v, v) + (" (= 1x)" if v == ref else "")
+        if x > LEFT and x + 14 + 7 * len(text) > width:
+            x, y = LEFT, y + 16
+        legend.append((v, text, x, y))
+        x += 14 + 7 * len(text) + 16
+    top = y + 28
+    height = top + len(panels) * (PANEL + LABELS + 30)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{LEFT}" y="20" font-size="14" font-weight="bold">{escape(title)}</text>']
-    x = LEFT
-    for v in variants:                                  # legend
-        label = v + (" (= 1x)" if v == ref else "")
-        out.append(f'<rect x="{x}" y="32" width="10" height="10" fill="{colors[v]}"/>'
-                   f'<text x="{x + 14}" y="41">{escape(label)}</text>')
-        x += 14 + 7 * len(label) + 16
-    top = 60
+    for v, text, x, y in legend:
+        out.append(f'<rect x="{x}" y="{y}" width="10" height="10" fill="{colors[v]}"/>'
+                   f'<text x="{x + 14}" y="{y + 9}">{escape(text)}</text>')
     for name, values in panels:
         out += panel(name, top, width, benches, variants, values, colors)
         top += PANEL + LABELS + 30
