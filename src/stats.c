@@ -239,7 +239,7 @@ void hm_malloc_stats(void) { stats_print(STDERR_FILENO); }
  * each class, then the totals.  (The census is taken before any output:
  * fprintf may allocate.) */
 int hm_malloc_info(int options, FILE *fp) {
-  if (options != 0 || !fp) { errno = EINVAL; return -1; }
+  if (options != 0 || !fp) return EINVAL;      /* (glibc's way: the error number, errno untouched) */
   census_t c;
   segment_census(&c);
   uint64_t free_blocks = 0, free_bytes = 0;
