@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* size_class of every multiple of 16 up to SMALL_MAX and of 512 up to
@@ -57,7 +58,7 @@ static pthread_key_t heap_key;
 static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 static heap_t *_Atomic heaps_all; /* every heap struct ever made (for the purger) */
 static heap_t *heaps_free;       /* structs of exited threads, for reuse */
-static _Atomic int atfork_registered;
+static _Atomic int handlers_registered;
 
 /* ---- queues and the pages malloc pops ------------------------------------- */
 
@@ -683,7 +684,10 @@ heap_t *heap_get(void) {
    * look at this one until it is armed again, and a thread that allocates,
    * is sent its blocks back and then waits would keep them (test_purge). */
   purge_watch();
-  if (!atomic_exchange(&atfork_registered, 1)) pthread_atfork(fork_prepare, fork_parent, fork_child);
+  if (!atomic_exchange(&handlers_registered, 1)) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    atexit(purge_exit);
+  }
   return h;
 }
 

@@ -485,7 +485,6 @@ bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
 uint64_t os_now_ms(void);
 uint64_t os_coarse_ms(void);     /* os_now_ms as of the last timer tick: never ahead, a few ms behind */
 uint64_t os_random(void);
-int   os_thread_count(void);                       /* the process's threads, 0 if unknown */
 bool  os_membarrier_init(void);                   /* can os_membarrier be used */
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */
 
@@ -597,8 +596,9 @@ void purge_arm(uint64_t when_ms);                  /* look at the heaps again by
 void purge_want(void);                             /* multi-threaded: the thread should run */
 void purge_watch(void);                            /* a new heap: the purger must look at it */
 bool purge_thread_exit(void);                      /* a thread with a heap exits (no lock held): true if
-                                                      it leaves the program single-threaded, the purger gone */
+                                                      it leaves one heap or none, the purger gone */
 void purge_hand_back(void);                        /* after such a stop: purge what the purger watched */
+void purge_exit(void);                             /* (atexit) stop it before the process ends */
 bool purge_running(void);                          /* it runs: it keeps deadlines armed */
 bool multi_threaded(void);                         /* the process has had a second thread */
 bool heaps_several(void);                          /* two threads have heaps now: the purger may run */

@@ -5,9 +5,6 @@
 #include "stats.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdlib.h>
-#include <string.h>
 #include <linux/membarrier.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -161,22 +158,6 @@ uint64_t os_random(void) {
     r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&r ^ (uint64_t)getpid() << 32;
   }
   return r;
-}
-
-/* The threads of the process (the kernel's count, /proc/self/stat's 20th
- * field), or 0 if it cannot be read.  Raw system calls: not cancellation
- * points, no allocation, no stdio. */
-int os_thread_count(void) {
-  char buf[512];
-  int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = syscall(SYS_read, fd, buf, sizeof buf - 1);
-  syscall(SYS_close, fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  char *p = strrchr(buf, ')');          /* the name before it may hold anything */
-  for (int field = 2; p && field < 20; field++) p = strchr(p + 1, ' ');
-  return p ? atoi(p + 1) : 0;
 }
 
 /* Expedited private membarrier (Linux 4.14 on) needs registering once; the

@@ -11,24 +11,23 @@
  * owner's fast paths take no lock and need none: the purger leaves alone the
  * pages they can reach.
  *
- * The thread exists only while the program has at least two threads of its
- * own (one more thread would cost a single-threaded program glibc's
- * single-thread fast paths, and would make unshare(CLONE_NEWUSER) fail).  It
- * starts when a second thread allocates, and stops when a thread's exit
- * leaves the program one thread or none (purge_thread_exit): the exiting
- * thread joins it, so a program that joins its last worker is single-threaded
- * again when the join returns, and one whose main thread called
- * pthread_exit() ends with its last thread, as glibc's rules have it.  (It
- * also checks the count itself, for threads that exit without ever having
- * allocated.)  It sleeps while nothing needs watching; a scheduled purge, a
- * remote free into a trimmed heap, or a trimmed heap that is used again wakes
- * it (purge_arm).  HAKMEM_BACKGROUND=0 turns it off. */
+ * The thread exists only while two threads or more have a heap (one more
+ * thread would cost a single-threaded program glibc's single-thread fast
+ * paths, and would make unshare(CLONE_NEWUSER) fail).  It starts at a malloc
+ * slow path once two heaps have lived for 10 ms, and the exit of a thread that leaves fewer than two heaps
+ * stops it first (purge_thread_exit): the exiting thread joins it, so a
+ * program that joins its last worker is single-threaded again when the join
+ * returns, and one whose main thread called pthread_exit() ends with its last
+ * thread, as glibc's rules have it.  It sleeps while nothing needs watching;
+ * a scheduled purge, a remote free into a trimmed heap, or a trimmed heap that
+ * is used again wakes it (purge_arm).  HAKMEM_BACKGROUND=0 turns it off. */
 #include "internal.h"
 #include "options.h"
 #include "stats.h"
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 enum { OFF, WANTED, STARTING, RUNNING, STOPPING, FAILED };
@@ -45,8 +44,6 @@ static bool stop;                            /* (wake_lock) purge_stop: return *
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;   /* a pass vs. fork */
 
 #define POLL_MAX_MS 1000
-#define COUNT_MS    1000     /* the purger counts the process's threads at most this often, */
-#define IDLE_MS     10000    /* and at least this often: its longest sleep */
 
 /* glibc's flag (2.32 on); elsewhere: two threads have had a heap. */
 extern char __libc_single_threaded __attribute__((weak));
@@ -63,11 +60,19 @@ static uint64_t poll_base(void) {
 /* Two threads have heaps now: the purger's start condition. */
 bool heaps_several(void) { return atomic_load_explicit(&hm_stat[STAT_THREADS], memory_order_relaxed) >= 2; }
 
+/* The purger starts once two heaps have lived START_AFTER_MS: threads that
+ * come and go in short batches (a pool's jobs, a round of workers) would
+ * otherwise start and stop it with every batch. */
+#define START_AFTER_MS 10
+static _Atomic uint64_t wanted_ms;             /* (WANTED) since */
+
 void purge_want(void) {
   int st = OFF;
   if (atomic_load_explicit(&state, memory_order_relaxed) == OFF && hm_options.background && heaps_several() &&
-      atomic_compare_exchange_strong(&state, &st, WANTED))
+      atomic_compare_exchange_strong(&state, &st, WANTED)) {
+    atomic_store_explicit(&wanted_ms, os_coarse_ms(), memory_order_relaxed);
     atomic_store_explicit(&hm_purge_wanted, 1, memory_order_relaxed);
+  }
 }
 
 bool purge_running(void) { return atomic_load_explicit(&state, memory_order_relaxed) == RUNNING; }
@@ -152,55 +157,31 @@ void purge_hand_back(void) {
   pthread_mutex_unlock(&pass_lock);
 }
 
-/* Does the program (the process but the purger) have one thread or none? */
-static bool program_single(void) {
-  int n = os_thread_count();
-  return n > 0 && n <= 2;
-}
-
-/* The purger finds the program single-threaded: it leaves by itself,
- * unless a thread's exit is stopping it already (and joins it). */
-static bool leave_alone(void) {
-  int st = RUNNING;
-  if (!atomic_compare_exchange_strong(&state, &st, STOPPING)) return false;
-  pthread_detach(pthread_self());
-  atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
-  purge_hand_back();
-  atomic_store_explicit(&state, OFF, memory_order_release);
-  if (heaps_several()) purge_want();           /* a thread came meanwhile: wanted again */
-  return true;
-}
-
 static void *purger_main(void *arg) {
   (void)arg;
   in_purger = true;
-  uint64_t poll = poll_base(), counted = os_now_ms();
+  prctl(PR_SET_NAME, "hakmem-purge");
+  uint64_t poll = poll_base();
   for (;;) {
     pthread_mutex_lock(&wake_lock);
     for (;;) {
-      if (stop) break;
-      uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed), now = os_now_ms();
-      if (w && now >= w) break;
-      if (now >= counted + IDLE_MS) break;       /* time to count the threads */
-      uint64_t until = w && w < counted + IDLE_MS ? w : counted + IDLE_MS;
-      struct timespec ts = { (time_t)(until / 1000), (long)(until % 1000) * 1000000L };
-      pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
+      if (stop) {
+        pthread_mutex_unlock(&wake_lock);
+        return NULL;                             /* purge_stop joins this thread */
+      }
+      uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed);
+      if (w && os_now_ms() >= w) break;
+      if (!w) {
+        pthread_cond_wait(&wake_cond, &wake_lock);
+      } else {
+        struct timespec ts = { (time_t)(w / 1000), (long)(w % 1000) * 1000000L };
+        pthread_cond_timedwait(&wake_cond, &wake_lock, &ts);
+      }
     }
-    if (stop) {
-      pthread_mutex_unlock(&wake_lock);
-      return NULL;                               /* purge_stop joins this thread */
-    }
-    uint64_t w = atomic_load_explicit(&wake_ms, memory_order_relaxed), now = os_now_ms();
-    bool due = w && now >= w;
-    if (due) atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+    atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
     if (armed) poll = poll_base();             /* something happened: watch closely again */
     armed = false;
     pthread_mutex_unlock(&wake_lock);
-    if (now >= counted + COUNT_MS) {
-      counted = now;
-      if (program_single() && leave_alone()) return NULL;
-    }
-    if (!due) continue;
     uint64_t next = pass(&poll);
     if (next) purge_arm(next);
   }
@@ -225,18 +206,15 @@ static void purge_stop(void) {
 }
 
 /* A thread with a heap is exiting (its heap no longer counted), before it
- * gives its memory back.  If it leaves the program one thread or none, the
- * purger goes first (this thread joins it, or takes back the wish to start
- * it); true: it was running, and the caller, once its own memory is back,
- * hands back what the purger watched.  Two other heaps: two other threads,
- * no count needed. */
+ * gives its memory back.  If it leaves fewer than two heaps, the purger goes
+ * first (this thread joins it, or takes back the wish to start it); true: it
+ * was running, and the caller, once its own memory is back, hands back what
+ * the purger watched. */
 bool purge_thread_exit(void) {
   if (in_purger || heaps_several()) return false;
   for (;;) {
     int st = atomic_load_explicit(&state, memory_order_acquire);
     if (st == STARTING) { sched_yield(); continue; }       /* (another thread's pthread_create) */
-    int n = os_thread_count(), purger = st == RUNNING || st == STOPPING;
-    if (n <= 0 || n - 1 - purger > 1) return false;
     if (st == WANTED) {
       if (!atomic_compare_exchange_strong(&state, &st, OFF)) continue;
       atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
@@ -247,10 +225,22 @@ bool purge_thread_exit(void) {
   }
 }
 
+/* exit(): the purger goes before the process does.  After the atexit
+ * handlers, exit_group ends every thread wherever it is, and valgrind then
+ * runs glibc's __libc_freeres, whose frees waited forever for a heap the
+ * killed purger had been trimming. */
+void purge_exit(void) {
+  int st = WANTED;
+  if (atomic_compare_exchange_strong(&state, &st, OFF)) atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
+  else if (st == RUNNING && !in_purger) purge_stop();
+}
+
 /* Called where no heap lock is held (pthread_create allocates). */
 void purge_start(void) {
   int st = WANTED;
-  if (!atomic_compare_exchange_strong(&state, &st, STARTING)) return;
+  if (os_coarse_ms() < atomic_load_explicit(&wanted_ms, memory_order_relaxed) + START_AFTER_MS ||
+      !atomic_compare_exchange_strong(&state, &st, STARTING))
+    return;
   atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -267,10 +257,7 @@ void purge_start(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&a);
   atomic_store_explicit(&state, rc == 0 ? RUNNING : FAILED, memory_order_release);
-  if (rc == 0) {
-    pthread_setname_np(purger, "hakmem-purge");
-    purge_arm(os_now_ms() + poll_base());
-  }
+  if (rc == 0) purge_arm(os_now_ms() + poll_base());
 }
 
 /* malloc_trim: trim every other heap now (those not busy in a slow path) and
