@@ -50,7 +50,7 @@ TEST_SRCS = $(wildcard tests/test_*.c)
 TEST_BINS = $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pthread
 
-$(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h $(OBJS) | $(BUILD)/tests
+$(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h tests/companion.h $(OBJS) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(OBJS) -pthread
 
 test: all $(TEST_BINS)

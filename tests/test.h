@@ -31,7 +31,6 @@
 #ifndef HAKMEM_TEST_H
 #define HAKMEM_TEST_H
 #include <linux/membarrier.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -150,32 +149,6 @@ static inline uint64_t test_rand(uint64_t *r) { *r ^= *r << 13; *r ^= *r >> 7; *
 static inline int test_thread_caches_possible(void) {
   long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
   return cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
-}
-
-/* A second thread that has allocated (through hakmem's own names) and stays,
- * blocked, until the program ends: the program has two threads with heaps,
- * which is what makes hakmem start its purger (src/purge.c), at a malloc slow
- * path once they have lived 10 ms: the companion makes one 20 ms on.
- * Idempotent. */
-void *hakmem_malloc(size_t);
-void hakmem_free(void *);
-static pthread_barrier_t test_companion_ready;
-static void *test_companion(void *arg) {
-  hakmem_free(hakmem_malloc(64));
-  struct timespec ts = {0, 20 * 1000000L};
-  nanosleep(&ts, NULL);
-  hakmem_free(hakmem_malloc(1 << 20));              /* (a big block: a slow path) */
-  pthread_barrier_wait(&test_companion_ready);
-  for (;;) pause();
-  return arg;
-}
-static inline void test_companion_start(void) {
-  static pthread_t t;
-  if (t) return;
-  hakmem_free(hakmem_malloc(64));                  /* this thread's heap first (sanitizer builds) */
-  pthread_barrier_init(&test_companion_ready, NULL, 2);
-  if (pthread_create(&t, NULL, test_companion, NULL)) { fputs("test.h: pthread_create failed\n", stderr); abort(); }
-  pthread_barrier_wait(&test_companion_ready);      /* its heap (and segment) exists */
 }
 
 /* TEST_ENV("HAKMEM_X=1"): hakmem reads its options once, at start-up, so a

@@ -13,6 +13,7 @@
  * HAKMEM_PURGE_DELAY_MS=500 (the bursts, stretched by the sanitizer builds,
  * must fall within one delay). */
 #include "test.h"
+#include "companion.h"
 #include "hakmem.h"
 
 #include <pthread.h>

@@ -19,6 +19,7 @@
  * The program runs with HAKMEM_PURGE_DELAY_MS=2 (re-executing itself with it
  * before anything is allocated) so that the purger works often. */
 #include "test.h"
+#include "companion.h"
 #include "hakmem.h"
 #include "internal.h"
 

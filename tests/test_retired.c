@@ -22,6 +22,7 @@
  * spread the four threads' frees over several deadlines, and so their
  * segments over several passes: 24 segments with 13-16 munmap calls.) */
 #include "test.h"
+#include "companion.h"
 #include "hakmem.h"
 
 #include <pthread.h>

@@ -7,6 +7,7 @@
  * The caches need membarrier(); where the kernel has none they are off, and
  * this test checks that instead. */
 #include "test.h"
+#include "companion.h"
 #include "hakmem.h"
 
 #include <pthread.h>
