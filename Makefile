@@ -39,7 +39,7 @@ $(BUILD)/libhakmem.a: $(OBJS)
 	objcopy --localize-hidden $(BUILD)/hakmem.o
 	rm -f $@ && ar rcs $@ $(BUILD)/hakmem.o
 
-$(BUILD)/obj $(BUILD)/tests:
+$(BUILD)/obj $(BUILD)/tests $(BUILD)/ext:
 	mkdir -p $@
 
 # ---- tests ---------------------------------------------------------------
@@ -53,7 +53,18 @@ TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pth
 $(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h tests/companion.h $(OBJS) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(OBJS) -pthread
 
-test: all $(TEST_BINS)
+# tests/ext/*.c are linked with the C library alone: the tests/test_ext_*.sh
+# scripts run each under glibc's malloc and under hakmem (preloaded, default
+# and HAKMEM_SECURE=1) and compare (tests/ext/README.md).  They ask for too
+# large blocks, and read blocks after a failed realloc, on purpose.
+EXT_SRCS = $(wildcard tests/ext/*.c)
+EXT_BINS = $(EXT_SRCS:tests/ext/%.c=$(BUILD)/ext/%)
+EXT_CFLAGS = -std=gnu11 -O1 -g -Wall -Wno-alloc-size-larger-than -Wno-use-after-free -D_GNU_SOURCE -fno-builtin -Itests -pthread
+
+$(BUILD)/ext/%: tests/ext/%.c tests/ext/ext.h tests/test.h | $(BUILD)/ext
+	$(CC) $(EXT_CFLAGS) $< -o $@ -ldl
+
+test: all $(TEST_BINS) $(EXT_BINS)
 	@BUILD=$(BUILD) tests/run.sh
 
 # Sanitizer builds: hakmem is compiled with the sanitizer and linked into the

@@ -13,6 +13,8 @@
  * tests/run.sh counts those lines.  A failed CHECK records the first failure
  * (file:line and the expression, or CHECKF's message) and the case goes on;
  * the next case runs regardless.  A case that cannot go on returns early.
+ * A case that cannot run here calls SKIP("why") and returns: it prints
+ * "ok - test_x.c:name # SKIP why" (a failed CHECK before it still fails it).
  * CHECK may be used from any thread of the case; the threads must be joined
  * before the case returns.  Lines starting with "# " (NOTE) are diagnostics
  * that run.sh shows as they come.
