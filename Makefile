@@ -22,7 +22,7 @@ SRCS    = $(wildcard src/*.c)
 HDRS    = $(wildcard src/*.h) include/hakmem.h
 OBJS    = $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test test-sanitize fuzz bench clean
+.PHONY: all test test-sanitize fuzz bench clean print-ext-cflags
 all: $(BUILD)/libhakmem.so $(BUILD)/libhakmem.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
@@ -63,6 +63,10 @@ EXT_CFLAGS = -std=gnu11 -O1 -g -Wall -Wno-alloc-size-larger-than -Wno-use-after-
 
 $(BUILD)/ext/%: tests/ext/%.c tests/ext/ext.h tests/test.h | $(BUILD)/ext
 	$(CC) $(EXT_CFLAGS) $< -o $@ -ldl
+
+# for tests/test_ext_glibc.sh, which links some of them statically with hakmem
+print-ext-cflags:
+	@echo $(EXT_CFLAGS)
 
 test: all $(TEST_BINS) $(EXT_BINS)
 	@BUILD=$(BUILD) tests/run.sh

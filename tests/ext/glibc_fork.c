@@ -88,7 +88,7 @@ static int signalled_forks(void *fork_too) {
   on_signal(SIGUSR1, stop_sender_and_fork);
   sender = start_sender();
   unsigned signals = 0, seed = 1;
-  uint64_t deadline = test_now_ms() + 8000;
+  uint64_t deadline = test_now_ms() + 6000;
   while (signals < SIGNALS && test_now_ms() < deadline) {
     int slot = rand_r(&seed) % OBJECTS;
     size_t size = (size_t)rand_r(&seed) % MAX_SIZE;
@@ -112,14 +112,14 @@ static int signalled_forks(void *fork_too) {
 }
 
 TEST(tst_mallocfork2) {
-  ext_result_t r = ext_child(signalled_forks, NULL, 15000);
+  ext_result_t r = ext_child(signalled_forks, NULL, 10000);
   CHECKF(ext_exited(&r, 0), "child: %s (2 fork, 3 malloc, 4 the handler's fork, 5 no signal came)", r.what);
 }
 
 /* Not in glibc: the same, with the main loop forking too, so some signals
  * interrupt a fork (glibc takes no lock in a single-threaded fork). */
 TEST(fork_in_handler_during_fork) {
-  ext_result_t r = ext_child(signalled_forks, (void *)1, 15000);
+  ext_result_t r = ext_child(signalled_forks, (void *)1, 10000);
   CHECKF(ext_exited(&r, 0), "child: %s (2 fork, 3 malloc, 4 the handler's fork, 5 no signal came)", r.what);
 }
 
@@ -238,7 +238,7 @@ TEST(tst_malloc_fork_deadlock) {
   for (int i = 0; i < 50000; i++) fputc('x', f);
   fputc('\n', f);
   fclose(f);
-  ext_result_t r = ext_child(fork_deadlock_child, NULL, 12000);
+  ext_result_t r = ext_child(fork_deadlock_child, NULL, 8000);
   CHECKF(ext_exited(&r, 0), "child: %s (4 forking, 8 getline, 1 fflush(NULL) threads for 2 s; 3: one of them failed)", r.what);
   unlink(fd_path);
 }

@@ -4,10 +4,11 @@
 # afterwards (so a child stuck in a deadlock cannot outlive its run).
 #
 #   ext_run MODE LIMIT OUT ERR CMD...   run once; sets EXT_RC and EXT_SECS
-#   ext_tap NAME LIMIT CMD...           run a TAP program in every mode and
-#                                       print its result lines tagged with
-#                                       the mode ("ok - x [hakmem]")
+#   ext_tap NAME LIMIT CMD...           run a TAP program in each mode of
+#                                       EXT_MODES and print its result lines
+#                                       tagged with the mode ("ok - x [hakmem]")
 #
+# Mode hakmem-static is for a program linked statically with libhakmem.a.
 # ext_tap compares with glibc: a case that fails under glibc as well as under
 # hakmem is a defect of the test or the machine, not of hakmem; its hakmem
 # lines are "ok - ... # SKIP fails under glibc too", its glibc line stays
@@ -19,6 +20,7 @@
 BUILD=${BUILD:-build}
 EXT_LIB=$(cd "$BUILD" && pwd)/libhakmem.so
 EXT_MODES=(glibc hakmem hakmem-secure)
+declare -A EXT_GLIBC_FAILED      # NAME: " case case " that failed under glibc
 EXT_TMP=$(mktemp -d)
 trap 'rm -rf "$EXT_TMP"' EXIT
 
@@ -27,6 +29,7 @@ ext_env() {  # MODE: the environment assignments of that mode
     glibc) echo "EXT_ALLOCATOR=glibc" ;;
     hakmem) echo "EXT_ALLOCATOR=hakmem LD_PRELOAD=$EXT_LIB" ;;
     hakmem-secure) echo "EXT_ALLOCATOR=hakmem-secure LD_PRELOAD=$EXT_LIB HAKMEM_SECURE=1" ;;
+    hakmem-static) echo "EXT_ALLOCATOR=hakmem-static" ;;
   esac
 }
 
@@ -44,11 +47,11 @@ ext_run() {  # MODE LIMIT OUT ERR CMD...
 
 ext_tap() {  # NAME LIMIT CMD...
   local name=$1 limit=$2; shift 2
-  local glibc_failed="" mode
+  local mode
   for mode in "${EXT_MODES[@]}"; do
     local out=$EXT_TMP/$name.$mode.out err=$EXT_TMP/$name.$mode.err
     ext_run "$mode" "$limit" "$out" "$err" "$@"
-    local ok=0 nok=0 skip=0 line case tag="[$mode]"
+    local ok=0 nok=0 skip=0 failed=0 line case tag="[$mode]"
     while IFS= read -r line; do
       case $line in
         "ok - "*)
@@ -56,8 +59,9 @@ ext_tap() {  # NAME LIMIT CMD...
           else ok=$((ok + 1)); echo "$line $tag"; fi ;;
         "not ok - "*)
           case=${line#not ok - }; case=${case%%: *}
-          if [ "$mode" = glibc ]; then glibc_failed+=" $case "; fi
-          if [ "$mode" != glibc ] && [[ $glibc_failed == *" $case "* ]]; then
+          failed=$((failed + 1))
+          if [ "$mode" = glibc ]; then EXT_GLIBC_FAILED[$name]+=" $case "; fi
+          if [ "$mode" != glibc ] && [[ ${EXT_GLIBC_FAILED[$name]:-} == *" $case "* ]]; then
             skip=$((skip + 1)); echo "ok - $case $tag # SKIP fails under glibc too"
           else
             nok=$((nok + 1)); echo "not ok - $case $tag:${line#not ok - "$case":}"
@@ -68,7 +72,7 @@ ext_tap() {  # NAME LIMIT CMD...
     local why=""
     if [ $EXT_RC -eq 124 ] || [ $EXT_RC -eq 137 ]; then why="timed out after ${limit}s"
     elif [ $EXT_RC -gt 128 ]; then why="killed by signal $((EXT_RC - 128))"
-    elif [ $EXT_RC -ne 0 ] && [ $nok -eq 0 ]; then why="exit status $EXT_RC"
+    elif [ $EXT_RC -ne 0 ] && [ $failed -eq 0 ]; then why="exit status $EXT_RC"
     elif [ $((ok + nok + skip)) -eq 0 ]; then why="printed no result line"
     fi
     if [ -n "$why" ]; then nok=$((nok + 1)); echo "not ok - $name $tag: $why"; fi
