@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# stress-ng's stressors that allocate (malloc, calloc, realloc and free from
+# many processes and threads, directly or through the C library and libJudy,
+# zlib, tsearch, hsearch, setenv), with --verify, all at once for a few
+# seconds under glibc's malloc and under hakmem, default and HAKMEM_SECURE=1.
+# A stressor passes in a mode when the run exits as under glibc, it did some
+# work, stress-ng reports no failure of it and hakmem reports no error.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+. tests/ext/modes.sh
+if ! command -v stress-ng >/dev/null; then
+  echo "ok - stress-ng # SKIP stress-ng not installed (Debian: stress-ng)"
+  exit 0
+fi
+stressors="malloc bigheap randlist sparsematrix skiplist tsearch hsearch judy env tree list zlib pthread"
+args=(--verify --metrics-brief -t 5 --malloc-pthreads 2 --tree-size 10000)
+for s in $stressors; do args+=("--$s" 1); done
+
+glibc_rc=""
+for mode in "${EXT_MODES[@]}"; do
+  out=$EXT_TMP/stress-ng.$mode
+  ext_run "$mode" 60 "$out" "$out.err" stress-ng "${args[@]}"
+  cat "$out.err" >>"$out"
+  [ "$mode" = glibc ] && glibc_rc=$EXT_RC
+  ok=0 nok=0
+  for s in $stressors; do
+    ops=$(awk -v s="$s" '$2 == "metrc:" && $4 == s && $5 ~ /^[0-9]+$/ {print $5; exit}' "$out")
+    failure=$(grep -m1 -E "(fail|error):.* $s: " "$out")
+    if [ -n "$failure" ]; then why="stress-ng: ${failure#*] }"
+    elif [ -z "$ops" ] || [ "$ops" -eq 0 ]; then why="did no bogo operation"
+    else why=""; fi
+    if [ -z "$why" ]; then ok=$((ok + 1)); echo "ok - stress-ng:$s [$mode] ($ops bogo ops)"
+    else nok=$((nok + 1)); echo "not ok - stress-ng:$s [$mode]: $why"; fi
+  done
+  if [ "$EXT_RC" -ne "$glibc_rc" ]; then
+    nok=$((nok + 1)); echo "not ok - stress-ng [$mode]: exit status $EXT_RC, under glibc $glibc_rc"
+    grep -E 'fail|error' "$out" | head -5 | sed 's/^/    # /'
+  fi
+  if [ "$mode" != glibc ] && grep -q '^hakmem:' "$out"; then
+    nok=$((nok + 1)); echo "not ok - stress-ng [$mode]: hakmem reported an error: $(grep -m1 '^hakmem:' "$out")"
+  fi
+  echo "# stress-ng [$mode]: $ok ok, $nok not ok, 0 skipped, ${EXT_SECS}s"
+done
