@@ -158,14 +158,3 @@ check gcc_compile_hakmem "cd $tmp/hm && gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -I$s
   gcc -shared -pthread *.o -o hm.so && md5sum *.o && nm -D --defined-only hm.so | wc -l && rm -f *.o hm.so"
 check gxx_compile_stl "g++ -O2 -Wall -frandom-seed=hakmem $src/tests/apps/wordfreq.cc -o $tmp/wordfreq &&
   cat $src/README.md $src/src/*.c $src/src/*.h | $tmp/wordfreq"
-
-# Part of Python's own test suite, allocation-heavy modules: every test's
-# name and result, and the summary, must be the same.
-mods="test_json test_dict test_list test_set test_unicode test_bytes test_pickle test_re test_collections"
-if [ -z "$PY" ]; then
-  echo "ok - preload:python_regrtest # SKIP python3 not installed"
-elif ! "$PY" -c "import test.support, $(echo "$mods" | sed 's/\(test_[a-z]*\)/test.\1/g; s/ /, /g')" 2>/dev/null; then
-  echo "ok - preload:python_regrtest # SKIP Python's test suite is not installed (Debian: libpython3.$("$PY" -c 'import sys; print(sys.version_info[1])')-testsuite)"
-else
-  PYTHONHASHSEED=0 check python_regrtest "$PY -m test -v $mods 2>&1 | grep -aE ' \.\.\. |^(Total tests|Tests result|Result):'; exit \${PIPESTATUS[0]}"
-fi
