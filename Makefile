@@ -58,11 +58,15 @@ $(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h tests/companion.h $(OB
 # and HAKMEM_SECURE=1) and compare (tests/ext/README.md).  They ask for too
 # large blocks, and read blocks after a failed realloc, on purpose.
 EXT_SRCS = $(wildcard tests/ext/*.c)
-EXT_BINS = $(EXT_SRCS:tests/ext/%.c=$(BUILD)/ext/%)
+EXT_BINS = $(EXT_SRCS:tests/ext/%.c=$(BUILD)/ext/%) $(patsubst tests/ext/dso/%.c,$(BUILD)/ext/%.so,$(wildcard tests/ext/dso/*.c))
 EXT_CFLAGS = -std=gnu11 -O1 -g -Wall -Wno-alloc-size-larger-than -Wno-use-after-free -D_GNU_SOURCE -fno-builtin -Itests -pthread
 
 $(BUILD)/ext/%: tests/ext/%.c tests/ext/ext.h tests/test.h | $(BUILD)/ext
 	$(CC) $(EXT_CFLAGS) $< -o $@ -ldl
+
+# libraries the programs load with dlopen
+$(BUILD)/ext/%.so: tests/ext/dso/%.c | $(BUILD)/ext
+	$(CC) $(EXT_CFLAGS) -shared -fPIC $< -o $@
 
 # for tests/test_ext_glibc.sh, which links some of them statically with hakmem
 print-ext-cflags:
