@@ -138,8 +138,12 @@ void *secure_free(page_t *pg, void *p) {
   fill(pg, p);
   heap_t *h = hm_tls_heap;
   if (h == &hm_heap_empty && !(h = heap_get())) return p;
+  heap_enter(h);                               /* (malloc_trim may be flushing it: purge.c) */
   quarantine_t *q = h->quarantine;
-  if (!q && !(q = h->quarantine = os_map(sizeof *q))) return p;
+  if (!q && !(q = h->quarantine = os_map(sizeof *q))) {
+    heap_leave(h);
+    return p;
+  }
   void *out = NULL;
   if (q->count == QUARANTINE_BLOCKS || q->bytes > QUARANTINE_BYTES) {   /* the oldest leaves */
     out = q->slot[q->head];
@@ -152,10 +156,12 @@ void *secure_free(page_t *pg, void *p) {
   q->slot[(q->head + q->count) % QUARANTINE_BLOCKS] = p;
   q->count++;
   q->bytes += pg->block_size;
+  heap_leave(h);
   return out;
 }
 
-/* Release every block of h's quarantine (thread exit, malloc_trim). */
+/* Release every block of h's quarantine: its owner (thread exit,
+ * malloc_trim), or another thread's malloc_trim with h locked. */
 void secure_flush(heap_t *h) {
   quarantine_t *q = h->quarantine;
   while (q && q->count) {
