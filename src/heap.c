@@ -58,7 +58,10 @@ static pthread_key_t heap_key;
 static pthread_mutex_t heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 static heap_t *_Atomic heaps_all; /* every heap struct ever made (for the purger) */
 static heap_t *heaps_free;       /* structs of exited threads, for reuse */
+static heap_t *parked;           /* heaps of exited threads, whole, for the next threads */
+static unsigned parked_count;
 static _Atomic int handlers_registered;
+static __thread bool thread_exited; /* its heap was parked or released (heap_thread_done) */
 
 /* ---- queues and the pages malloc pops ------------------------------------- */
 
@@ -655,11 +658,24 @@ static heap_t *heap_struct_alloc(void) {
   return h;
 }
 
-heap_t *heap_get(void) {
-  heap_t *h = hm_tls_heap;
-  if (h != &hm_heap_empty) return h;
-  pthread_once(&process_once, process_init);
-  if (!(h = heap_struct_alloc())) return NULL;
+/* A parked heap (heap_park), as its last owner left it, or NULL.  Not for a
+ * thread whose exit already parked its own: it would take a heap with memory
+ * where its destructor no longer runs. */
+static heap_t *heap_unpark(void) {
+  if (thread_exited) return NULL;
+  pthread_mutex_lock(&heaps_lock);
+  heap_t *h = parked;
+  if (h) {
+    parked = h->next_free;
+    parked_count--;
+  }
+  pthread_mutex_unlock(&heaps_lock);
+  return h;
+}
+
+static heap_t *heap_made(void) {
+  heap_t *h = heap_struct_alloc();
+  if (!h) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
   memset(h, 0, HEAP_RESET_SIZE);
   for (size_t c = 0; c < CLASSES; c++) set_current(h, c, &hm_page_empty);
@@ -676,6 +692,14 @@ heap_t *heap_get(void) {
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
   remote_open(h);
   unlock_raw(h);
+  return h;
+}
+
+heap_t *heap_get(void) {
+  heap_t *h = hm_tls_heap;
+  if (h != &hm_heap_empty) return h;
+  pthread_once(&process_once, process_init);
+  if (!(h = heap_unpark()) && !(h = heap_made())) return NULL;
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
@@ -693,6 +717,18 @@ heap_t *heap_get(void) {
 
 /* Free every page of h that is empty, and abandon the segments that still
  * hold live blocks so that live threads can reclaim them. */
+/* A heap whose thread left, its pages collected: empty segments leave it,
+ * and without the purger what is due is purged now, and retired segments
+ * unmapped (no thread may call for them). */
+static void heap_give_back(heap_t *h) {
+  if (!purge_running()) segment_purge_due(h, PURGE_IDLE, NULL);
+  for (segment_t *s = h->segments, *next; s; s = next) {
+    next = s->next;
+    if (s->used_slices == 1) segment_release_empty(h, s);
+  }
+  if (!purge_running()) segment_retired_unmap();
+}
+
 static void heap_done(heap_t *h) {
   tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
@@ -710,14 +746,8 @@ static void heap_done(heap_t *h) {
   /* 4. empty segments leave; the rest are abandoned, each unlinked from the
    * heap before it joins the global list (it cannot be on both).  Their free
    * slices stay resident for the delay of abandoned segments, for a thread
-   * that starts soon to take over; the purger purges them when due.
-   * Without it, what is due goes now. */
-  if (!purge_running()) segment_purge_due(h, PURGE_IDLE, NULL);
-  for (segment_t *s = h->segments, *next; s; s = next) {
-    next = s->next;
-    if (s->used_slices == 1) segment_release_empty(h, s);
-  }
-  if (!purge_running()) segment_retired_unmap();
+   * that starts soon to take over; the purger purges them when due. */
+  heap_give_back(h);
   uint64_t pending = 0;
   while (h->segments) {
     segment_t *s = h->segments;
@@ -728,24 +758,93 @@ static void heap_done(heap_t *h) {
   if (pending) purge_arm(pending);
 }
 
-static void heap_thread_done(void *arg) {
-  heap_t *h = arg;
-  if (!h || h == &hm_heap_empty) return;
-  stat_dec(STAT_THREADS);
-  bool last = purge_thread_exit();   /* (first: heap_done gives back as without it) */
-  if (hm_secure) secure_flush(h);
+/* Give h back for good: what it holds goes to its segments, which are freed
+ * or abandoned, and the struct to heaps_free.  The calling thread acts as
+ * h's owner meanwhile (h is its own exiting heap, or one taken off the
+ * parked list). */
+static void heap_release(heap_t *h) {
+  heap_t *self = hm_tls_heap;
+  hm_tls_heap = h;
   remote_close(h);                   /* (before the lock: it frees) */
   lock_raw(h);
   heap_done(h);
   h->live = false;
   atomic_store_explicit(&h->idle, 1, memory_order_relaxed);   /* nothing for the purger here */
   unlock_raw(h);
-  hm_tls_heap = &hm_heap_empty;
+  hm_tls_heap = self;
   pthread_mutex_lock(&heaps_lock);
   h->next_free = heaps_free;
   heaps_free = h;
   pthread_mutex_unlock(&heaps_lock);
-  if (last) purge_hand_back();
+}
+
+/* An exiting thread's heap waits, whole, for the next thread that needs one
+ * (heap_get): its segments and pages stay its own, other threads' frees of
+ * its blocks reach it as before (its inbox stays open), and the purger trims
+ * it as any quiet heap.  A thread that starts and ends in a moment (a pool's
+ * job, a round of workers) then costs no abandoning and reclaiming of
+ * segments, and its successor no refault of purged memory.  The caches go
+ * back to their pages first, and empty pages to their segments.  At most
+ * PARK_MAX wait, each at most PARK_MS (the purger releases it then):
+ * beyond, the one parked longest is released. */
+#define PARK_MAX 16
+#define PARK_MS  1000
+static void heap_park(heap_t *h) {
+  lock_raw(h);
+  tcache_flush(h);
+  heap_collect_all(h);
+  heap_give_back(h);
+  uint64_t now = h->parked_ms = os_now_ms();
+  unlock_raw(h);
+  hm_tls_heap = &hm_heap_empty;      /* (the next thread may take it from here on) */
+  heap_t *oldest = NULL;
+  pthread_mutex_lock(&heaps_lock);
+  h->next_free = parked;
+  parked = h;
+  if (++parked_count > PARK_MAX) {   /* the list is full: the oldest goes for good */
+    heap_t **p = &parked;
+    while ((*p)->next_free) p = &(*p)->next_free;
+    oldest = *p;
+    *p = NULL;
+    parked_count--;
+  }
+  pthread_mutex_unlock(&heaps_lock);
+  if (oldest) heap_release(oldest);
+  purge_start_now();                 /* (if it does not run) */
+  purge_arm(now + PARK_MS);          /* (h is no longer ours to read) */
+}
+
+/* (the purger) Release the heaps parked longer than PARK_MS: a program that
+ * no longer starts threads can adopt their segments.  The next deadline, 0
+ * if none is parked. */
+uint64_t heap_parked_tidy(uint64_t now) {
+  for (;;) {
+    pthread_mutex_lock(&heaps_lock);
+    heap_t **p = &parked, *h = NULL;
+    uint64_t next = 0;
+    for (; *p; p = &(*p)->next_free) {
+      if (now >= (*p)->parked_ms + PARK_MS) { h = *p; break; }
+      if (!next || (*p)->parked_ms + PARK_MS < next) next = (*p)->parked_ms + PARK_MS;
+    }
+    if (h) {
+      *p = h->next_free;
+      parked_count--;
+    }
+    pthread_mutex_unlock(&heaps_lock);
+    if (!h) return next;
+    heap_release(h);
+  }
+}
+
+static void heap_thread_done(void *arg) {
+  heap_t *h = arg;
+  if (!h || h == &hm_heap_empty) return;
+  stat_dec(STAT_THREADS);
+  purge_thread_exit();               /* (first: the heap is given back as without the purger) */
+  if (hm_secure) secure_flush(h);
+  remote_flush(h);
+  thread_exited = true;
+  heap_park(h);
 }
 
 /* fork: take every global lock so the child inherits consistent state.  The

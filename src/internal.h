@@ -403,7 +403,8 @@ typedef struct heap_s {
   uint64_t freed_classes;        /* bit c: a page of class c emptied since the last spare check */
   uint8_t refills[CLASSES];      /* pages of each class carved or taken from the spares after
                                     one emptied: halved at each spare check, up to 255 */
-  struct heap_s *next_free;      /* recycled heap structs */
+  struct heap_s *next_free;      /* recycled heap structs, or parked heaps (heap.c) */
+  uint64_t parked_ms;            /* when its thread left it parked */
   bool live;                     /* a thread owns the heap (false once it exited) */
   _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
                                     when emptied (tcache.c); the census reads it */
@@ -507,7 +508,6 @@ void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
-void    segment_purge_shared(void);                /* the purger stops: purge what it watched */
 void    segment_retired_unmap(void);
 uint64_t segment_cache_decay(void);                /* next deadline, 0 = none */
 uint64_t segment_tidy_abandoned(bool force, size_t *left);  /* next deadline, 0 = none */
@@ -565,6 +565,7 @@ void    heap_collect_delayed(heap_t *h);
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 void    heap_route_caches(heap_t *h, bool to_caches);     /* (purger, locked) tcache_take */
+uint64_t heap_parked_tidy(uint64_t now);           /* (purger) release long-parked heaps; next deadline */
 
 /* tcache.c */
 void tcache_process_init(bool fence);
@@ -595,10 +596,10 @@ void remote_take(heap_t *h);                       /* (purger, locked) h's inbox
 void purge_arm(uint64_t when_ms);                  /* look at the heaps again by then */
 void purge_want(void);                             /* multi-threaded: the thread should run */
 void purge_watch(void);                            /* a new heap: the purger must look at it */
-bool purge_thread_exit(void);                      /* a thread with a heap exits (no lock held): true if
-                                                      it leaves one heap or none, the purger gone */
-void purge_hand_back(void);                        /* after such a stop: purge what the purger watched */
+void purge_thread_exit(void);                      /* a thread with a heap exits (no lock held): the
+                                                      purger goes first if it was the last one */
 void purge_exit(void);                             /* (atexit) stop it before the process ends */
+void purge_start_now(void);                        /* a heap was parked: start it (no lock held) */
 bool purge_running(void);                          /* it runs: it keeps deadlines armed */
 bool multi_threaded(void);                         /* the process has had a second thread */
 bool heaps_several(void);                          /* two threads have heaps now: the purger may run */

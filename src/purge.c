@@ -11,16 +11,18 @@
  * owner's fast paths take no lock and need none: the purger leaves alone the
  * pages they can reach.
  *
- * The thread exists only while two threads or more have a heap (one more
- * thread would cost a single-threaded program glibc's single-thread fast
- * paths, and would make unshare(CLONE_NEWUSER) fail).  It starts at a malloc
- * slow path once two heaps have lived for 10 ms, and the exit of a thread that leaves fewer than two heaps
- * stops it first (purge_thread_exit): the exiting thread joins it, so a
- * program that joins its last worker is single-threaded again when the join
- * returns, and one whose main thread called pthread_exit() ends with its last
- * thread, as glibc's rules have it.  It sleeps while nothing needs watching;
- * a scheduled purge, a remote free into a trimmed heap, or a trimmed heap that
- * is used again wakes it (purge_arm).  HAKMEM_BACKGROUND=0 turns it off. */
+ * The thread runs while it has work in a process where threads allocate: it
+ * starts at a malloc slow path once two threads have had a heap for 10 ms
+ * (one more thread would cost a single-threaded program glibc's
+ * single-thread fast paths), goes on while two have one, and once one thread
+ * is left, ends by itself when it has nothing more to watch (the heaps the
+ * others parked, their segments' purges: within about two seconds).  The
+ * exit of the last thread with a heap stops it first and joins it, so a
+ * program whose main thread called pthread_exit() ends with its last thread,
+ * as glibc's rules have it, and so does exit() (an atexit handler).  It
+ * sleeps while nothing needs watching; a scheduled purge, a remote free into a
+ * trimmed heap, or a trimmed heap that is used again wakes it (purge_arm).
+ * HAKMEM_BACKGROUND=0 turns it off. */
 #include "internal.h"
 #include "options.h"
 #include "stats.h"
@@ -34,6 +36,8 @@ enum { OFF, WANTED, STARTING, RUNNING, STOPPING, FAILED };
 static _Atomic int state;
 _Atomic int hm_purge_wanted;                 /* state == WANTED, for a cheap test */
 static pthread_t purger;                     /* (state RUNNING or STOPPING) */
+static pthread_t left;                       /* a purger that left by itself, */
+static _Atomic bool unjoined;                /* not joined yet: before the next one starts */
 static __thread bool in_purger;              /* this thread is the purger */
 
 static pthread_mutex_t wake_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -41,6 +45,9 @@ static pthread_cond_t wake_cond;             /* on CLOCK_MONOTONIC, made at star
 static _Atomic uint64_t wake_ms;             /* next look; 0: sleep until armed */
 static bool armed;                           /* (wake_lock) purge_arm moved wake_ms earlier */
 static bool stop;                            /* (wake_lock) purge_stop: return */
+static bool cond_made;                       /* wake_cond made: once (a thread may be signalling
+                                                it), and again in a fork's child (whose copy holds
+                                                the parent's purger as a waiter) */
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;   /* a pass vs. fork */
 
 #define POLL_MAX_MS 1000
@@ -111,9 +118,11 @@ void purge_watch(void) {
 
 static uint64_t min_due(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
 
-/* One look at every heap and at the abandoned segments; returns when to look
- * again (0: nothing to watch).  *poll backs off while nothing needs doing. */
-static uint64_t pass(uint64_t *poll) {
+/* One look at every heap, the parked ones, the abandoned segments and the
+ * caches; returns when something is due next (0: nothing), and in *watch
+ * when to look again at heaps that were busy (0: none was).  *poll backs off
+ * while nothing needs doing. */
+static uint64_t pass(uint64_t *poll, uint64_t *watch) {
   pthread_mutex_lock(&pass_lock);
   uint64_t now = os_now_ms(), next = 0;
   bool trimmed = false, watching = false;
@@ -135,6 +144,7 @@ static uint64_t pass(uint64_t *poll) {
     }
     heap_unlock(h);
   }
+  next = min_due(next, heap_parked_tidy(now));
   size_t abandoned;                          /* (their late remote frees reach nobody) */
   next = min_due(next, segment_tidy_abandoned(false, &abandoned));
   watching |= abandoned > 0;
@@ -145,16 +155,31 @@ static uint64_t pass(uint64_t *poll) {
   pthread_mutex_unlock(&pass_lock);
   if (trimmed) *poll = poll_base();
   else if (*poll < POLL_MAX_MS) *poll *= 2;
-  if (watching) next = min_due(next, now + *poll);
+  *watch = watching ? now + *poll : 0;
   return next;
 }
 
-/* Once the purger is gone, the last thread's slow paths look after its own
- * memory; what the purger watched besides goes now. */
-void purge_hand_back(void) {
-  pthread_mutex_lock(&pass_lock);
-  segment_purge_shared();
-  pthread_mutex_unlock(&pass_lock);
+/* One thread with a heap is left, and nothing is due: the purger ends by
+ * itself (unless that thread's exit is stopping it already), to be joined
+ * by whoever starts the next one or sees the last heap go (reap). */
+static bool leave(void) {
+  int st = RUNNING;
+  if (!atomic_compare_exchange_strong(&state, &st, STOPPING)) return false;
+  left = pthread_self();
+  atomic_store_explicit(&unjoined, true, memory_order_release);
+  atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
+  atomic_store_explicit(&state, OFF, memory_order_release);
+  if (heaps_several()) purge_want();           /* a thread came meanwhile: wanted again */
+  return true;
+}
+
+/* Join a purger that left by itself (no heap lock held). */
+static void reap(void) {
+  if (!atomic_exchange_explicit(&unjoined, false, memory_order_acquire)) return;
+  int cancel;                                /* (join is a cancellation point) */
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+  pthread_join(left, NULL);
+  pthread_setcancelstate(cancel, NULL);
 }
 
 static void *purger_main(void *arg) {
@@ -182,8 +207,9 @@ static void *purger_main(void *arg) {
     if (armed) poll = poll_base();             /* something happened: watch closely again */
     armed = false;
     pthread_mutex_unlock(&wake_lock);
-    uint64_t next = pass(&poll);
-    if (next) purge_arm(next);
+    uint64_t watch, next = pass(&poll, &watch);
+    if (!next && !heaps_several() && leave()) return NULL;   /* (a busy heap looks after itself) */
+    if ((next = min_due(next, watch)) != 0) purge_arm(next);
   }
 }
 
@@ -206,12 +232,11 @@ static void purge_stop(void) {
 }
 
 /* A thread with a heap is exiting (its heap no longer counted), before it
- * gives its memory back.  If it leaves fewer than two heaps, the purger goes
- * first (this thread joins it, or takes back the wish to start it); true: it
- * was running, and the caller, once its own memory is back, hands back what
- * the purger watched. */
-bool purge_thread_exit(void) {
-  if (in_purger || heaps_several()) return false;
+ * gives its memory back.  Fewer than two heaps: a purger not started yet is
+ * no longer wanted.  None: the purger goes first (this thread joins it), so
+ * it never outlives the program's last thread. */
+void purge_thread_exit(void) {
+  if (in_purger || heaps_several()) return;
   for (;;) {
     int st = atomic_load_explicit(&state, memory_order_acquire);
     if (st == STARTING) { sched_yield(); continue; }       /* (another thread's pthread_create) */
@@ -219,9 +244,10 @@ bool purge_thread_exit(void) {
       if (!atomic_compare_exchange_strong(&state, &st, OFF)) continue;
       atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
     }
-    if (st != RUNNING) return false;
-    purge_stop();
-    return true;
+    if (atomic_load_explicit(&hm_stat[STAT_THREADS], memory_order_relaxed)) return;
+    if (st == RUNNING) purge_stop();
+    reap();
+    return;
   }
 }
 
@@ -233,20 +259,22 @@ void purge_exit(void) {
   int st = WANTED;
   if (atomic_compare_exchange_strong(&state, &st, OFF)) atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
   else if (st == RUNNING && !in_purger) purge_stop();
+  if (!in_purger) reap();
 }
 
-/* Called where no heap lock is held (pthread_create allocates). */
-void purge_start(void) {
-  int st = WANTED;
-  if (os_coarse_ms() < atomic_load_explicit(&wanted_ms, memory_order_relaxed) + START_AFTER_MS ||
-      !atomic_compare_exchange_strong(&state, &st, STARTING))
-    return;
+/* The purger's thread, state STARTING.  Called where no heap lock is held
+ * (pthread_create allocates). */
+static void start(void) {
   atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&wake_cond, &ca);
-  pthread_condattr_destroy(&ca);
+  reap();
+  if (!cond_made) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wake_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    cond_made = true;
+  }
   pthread_attr_t a;
   pthread_attr_init(&a);
   pthread_attr_setstacksize(&a, 256 << 10);
@@ -260,10 +288,30 @@ void purge_start(void) {
   if (rc == 0) purge_arm(os_now_ms() + poll_base());
 }
 
-/* malloc_trim: trim every other heap now (those not busy in a slow path) and
- * purge everything they and the abandoned segments hold. */
+/* malloc's slow path (the safe point): start the purger wanted 10 ms ago. */
+void purge_start(void) {
+  int st = WANTED;
+  if (os_coarse_ms() >= atomic_load_explicit(&wanted_ms, memory_order_relaxed) + START_AFTER_MS &&
+      atomic_compare_exchange_strong(&state, &st, STARTING))
+    start();
+}
+
+/* An exiting thread parked its heap and another thread with a heap runs on:
+ * the purger must give back what the parked heap holds if no thread takes
+ * it, so it starts now (the exiting thread holds no lock). */
+void purge_start_now(void) {
+  if (!hm_options.background || !atomic_load_explicit(&hm_stat[STAT_THREADS], memory_order_relaxed)) return;
+  int st = atomic_load_explicit(&state, memory_order_acquire);
+  while ((st == OFF || st == WANTED) && !atomic_compare_exchange_weak(&state, &st, STARTING)) {}
+  if (st == OFF || st == WANTED) start();
+}
+
+/* malloc_trim: release the parked heaps, trim every other heap now (those
+ * not busy in a slow path) and purge everything they and the abandoned
+ * segments hold; then, one thread with a heap left, stop the purger. */
 void purge_idle_heaps(heap_t *except) {
   pthread_mutex_lock(&pass_lock);
+  heap_parked_tidy(UINT64_MAX);              /* parked heaps go for good */
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
     if (h == except || !heap_trylock(h)) continue;
     if (h->live) {
@@ -276,6 +324,12 @@ void purge_idle_heaps(heap_t *except) {
   size_t left;
   segment_tidy_abandoned(true, &left);
   pthread_mutex_unlock(&pass_lock);
+  /* Nothing is left for the purger to watch: with one thread left it goes
+   * now, not after its last look (a program may want to be single-threaded
+   * right after joining its threads: unshare(CLONE_NEWUSER)). */
+  if (heaps_several() || in_purger) return;
+  if (atomic_load_explicit(&state, memory_order_acquire) == RUNNING) purge_stop();
+  reap();
 }
 
 /* fork: the child has no purger (threads do not survive fork); it starts one
@@ -286,7 +340,8 @@ void purge_fork_child(bool locked) {
   if (locked) pthread_mutex_unlock(&pass_lock);
   pthread_mutex_init(&wake_lock, NULL);
   atomic_store_explicit(&wake_ms, 0, memory_order_relaxed);
-  armed = stop = false;
+  armed = stop = cond_made = false;
+  atomic_store_explicit(&unjoined, false, memory_order_relaxed);
   atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
   atomic_store_explicit(&state, OFF, memory_order_relaxed);
 }

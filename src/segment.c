@@ -1014,24 +1014,6 @@ void segment_caches_tick(uint64_t now) {
   if (segs && due >= segs && !purge_running()) cache_decay_now(now ? now : os_now_ms(), false);
 }
 
-/* The purger is gone while the program has one thread left: what it would
- * purge later goes now, as no idle thread will (the free slices of exited
- * threads' segments, the cached segments and huge blocks; the cached ones
- * stay mapped for reuse), and the retired segments are unmapped. */
-void segment_purge_shared(void) {
-  size_t left;
-  segment_tidy_abandoned(true, &left);
-  segment_t *unmap = NULL;
-  pthread_mutex_lock(&cache_lock);
-  cache_decay(os_now_ms(), true, false, &unmap);
-  pthread_mutex_unlock(&cache_lock);
-  unmap_runs(unmap);
-  pthread_mutex_lock(&huge_lock);
-  segment_t *drop = huge_cache_decay(UINT64_MAX, HUGE_CACHE_BYTES);
-  pthread_mutex_unlock(&huge_lock);
-  unmap_list(drop);
-}
-
 /* ---- census ------------------------------------------------------------- */
 
 /* A snapshot of every mapped segment: blocks in use per class, and how much

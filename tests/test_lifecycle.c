@@ -117,15 +117,20 @@ static bool purger_started(int program_threads) {
 /* ---- scenarios (exit status 0: as expected) ------------------------------------------ */
 
 /* A worker allocates beside main; the purger starts; main joins the worker:
- * the process has one thread again, at once (3: the purger started not,
- * 4: a thread is left). */
-static int sc_join(void) {
+ * the process has one thread again within 5 s, the purger having returned
+ * what the worker left, and at once after malloc_trim(0) (3: the purger
+ * started not, 4: a thread is left). */
+static int join_then(bool trim) {
   pthread_t t;
   pthread_create(&t, NULL, churn_thread, (void *)(intptr_t)200);
   if (!purger_started(2)) return 3;
   pthread_join(t, NULL);
+  if (trim) return malloc_trim(0), thread_count() == 1 ? 0 : 4;
+  for (int i = 0; i < 500 && thread_count() > 1; i++) test_sleep_ms(10);
   return thread_count() == 1 ? 0 : 4;
 }
+static int sc_join(void) { return join_then(false); }
+static int sc_join_trim(void) { return join_then(true); }
 
 /* main calls pthread_exit() while a worker allocates; the process ends with
  * the worker, status 0. */
@@ -277,7 +282,7 @@ static int sc_trim_other_thread(void) {
 }
 
 static const struct { const char *name; int (*run)(void); } scenarios[] = {
-  {"join", sc_join}, {"pthread_exit", sc_pthread_exit}, {"pthread_exit_last", sc_pthread_exit_last},
+  {"join", sc_join}, {"join_trim", sc_join_trim}, {"pthread_exit", sc_pthread_exit}, {"pthread_exit_last", sc_pthread_exit_last},
   {"exit_busy", sc_exit_busy}, {"fork_in_handler", sc_fork_in_handler}, {"fork_getline", sc_fork_getline},
   {"trim_other_thread", sc_trim_other_thread},
 };
@@ -292,6 +297,7 @@ static int scenario_main(const char *name) {
 
 TEST(join_leaves_one_thread) {
   EXPECT_SCENARIO("join", NULL, 20000, 0);
+  EXPECT_SCENARIO("join_trim", NULL, 20000, 0);
   EXPECT_SCENARIO("join", "HAKMEM_SECURE=1", 20000, 0);
 }
 

@@ -14,11 +14,13 @@
  *    thread and by threads that never allocated anything; frees racing with
  *    the owner's exit while other threads allocate;
  *  - large and huge blocks (calloc'd, aligned to 64 KiB - 8 MiB) reallocated
- *    and freed by other threads while a thread keeps calling malloc_trim.
+ *    and freed by other threads while a thread keeps calling malloc_trim;
+ *  - an exited thread's heap goes whole to the next thread (heap_park).
  * Every case runs under the harness's per-case time limit; work is scaled
  * down by 8 when SANITIZED=1, and the RSS bounds are then not asserted. */
 #include "test.h"
 #include "hakmem.h"
+#include "internal.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -568,6 +570,7 @@ static void *held_freer(void *arg) {
 }
 
 TEST(big_remote_frees_not_held_back) {
+  hakmem_malloc_trim(0);                /* earlier cases' parked heaps and what was freed into them */
   for (int i = 0; i < HELD_N; i++) {
     held[i] = hakmem_malloc(HELD_SIZE);
     CHECK(held[i] != NULL);
@@ -593,6 +596,62 @@ TEST(big_remote_frees_not_held_back) {
   for (int i = 0; i < HELD_N; i++) hakmem_free(held[i]);
   NOTE("%zu KiB in use beyond the live blocks while the freer waits", held_back >> 10);
   CHECKF(held_back <= ((size_t)6 << 20), "%zu KiB of freed blocks held back in the freeing thread's buffer", held_back >> 10);
+}
+
+/* A thread's heap, parked at its exit, goes whole to the next thread that
+ * allocates: no segment is abandoned or reclaimed, the blocks the first
+ * thread left (freed meanwhile by main, remotely) are reused, and none is
+ * handed out twice. */
+#define PARKED_BLOCKS 2000
+static void *parked_blk[PARKED_BLOCKS];
+static void *fill_parked(void *arg) {
+  for (int i = 0; i < PARKED_BLOCKS; i++) {
+    size_t n = 16 + (size_t)i % 3000;
+    parked_blk[i] = hakmem_malloc(n);
+    if (parked_blk[i]) memset(parked_blk[i], 0x5a, n);
+  }
+  return hm_tls_heap;
+}
+static void *take_parked(void *arg) {
+  void **got = arg;
+  for (int i = 0; i < PARKED_BLOCKS; i++) {
+    size_t n = 16 + (size_t)i % 3000;
+    got[i] = hakmem_malloc(n);
+    if (got[i]) memset(got[i], 0xa5, n);
+  }
+  return hm_tls_heap;
+}
+static int by_ptr(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+TEST(exited_heap_goes_to_next_thread) {
+  pthread_t t;
+  void *first, *second;
+  pthread_create(&t, NULL, fill_parked, NULL);
+  pthread_join(t, &first);
+  for (int i = 0; i < PARKED_BLOCKS; i += 2) hakmem_free(parked_blk[i]);   /* half, remotely */
+  static void *got[PARKED_BLOCKS];
+  pthread_create(&t, NULL, take_parked, got);
+  pthread_join(t, &second);
+  CHECKF(first == second, "the second thread got heap %p, not the first one's %p", second, first);
+  int bad = 0;
+  for (int i = 1; i < PARKED_BLOCKS; i += 2) {
+    const unsigned char *p = parked_blk[i];
+    bad += !p || p[0] != 0x5a || p[(16 + (size_t)i % 3000) - 1] != 0x5a;
+  }
+  CHECKF(bad == 0, "%d of the first thread's live blocks changed", bad);
+  static uintptr_t all[PARKED_BLOCKS + PARKED_BLOCKS / 2];
+  size_t n = 0;
+  for (int i = 0; i < PARKED_BLOCKS; i++) all[n++] = (uintptr_t)got[i];
+  for (int i = 1; i < PARKED_BLOCKS; i += 2) all[n++] = (uintptr_t)parked_blk[i];
+  qsort(all, n, sizeof all[0], by_ptr);
+  int dup = 0;
+  for (size_t i = 1; i < n; i++) dup += all[i] == all[i - 1];
+  CHECKF(dup == 0, "%d blocks handed out twice", dup);
+  for (int i = 0; i < PARKED_BLOCKS; i++) hakmem_free(got[i]);
+  for (int i = 1; i < PARKED_BLOCKS; i += 2) hakmem_free(parked_blk[i]);
 }
 
 TEST_MAIN()

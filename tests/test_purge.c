@@ -322,6 +322,7 @@ static void *exiting_worker(void *arg) {
 }
 
 TEST(exited_thread_memory_returned) {
+  test_companion_start();                      /* the purger runs on after the worker */
   long base = test_rss_kib();
   pthread_t t;
   pthread_create(&t, NULL, exiting_worker, NULL);
