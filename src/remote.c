@@ -39,7 +39,9 @@
 #include <sched.h>
 
 #define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
-#define RB_DEPTH  8                         /* buffers an inbox takes (more: unbuffered) */
+#define RB_DEPTH  RB_MAX                    /* buffers an inbox takes (more: unbuffered): as many as
+                                               a sender has, so a busy owner never makes one free
+                                               block by block (see remote_send) */
 #define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
 _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
