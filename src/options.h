@@ -8,6 +8,7 @@ typedef struct options_s {
   long purge_delay_ms;   /* HAKMEM_PURGE_DELAY_MS */
   long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
   long huge_cache_mb;    /* HAKMEM_HUGE_CACHE_MB */
+  long hugepages;        /* HAKMEM_HUGEPAGES */
   long thread_cache_kb;  /* HAKMEM_THREAD_CACHE_KB */
   long background;       /* HAKMEM_BACKGROUND */
   long secure;           /* HAKMEM_SECURE */

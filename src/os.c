@@ -107,6 +107,18 @@ void os_purge(void *p, size_t size) {
   if (madvise(p, size, MADV_DONTNEED) == 0) stat_add(STAT_PURGED, size);
 }
 
+/* Ask the kernel to back [p, p + size) with transparent huge pages (where
+ * THP is in "madvise" mode, as on Debian and Ubuntu, it does so only when
+ * asked): a fault then maps 2 MiB at once, and the TLB holds 512 times as
+ * much of the block.  For blocks of 4 MiB and more, whose last partial huge
+ * page is little to waste (HAKMEM_HUGEPAGES). */
+void os_hugepage(void *p, size_t size) {
+#ifdef MADV_HUGEPAGE
+  stat_os(STAT_OS_MADVISE);
+  madvise(p, size, MADV_HUGEPAGE);
+#endif
+}
+
 /* Make whole pages accessible again, or a guard that faults on any access
  * (secure mode).  A failure (e.g. vm.max_map_count reached) leaves them as
  * they were: an unguarded page still works. */

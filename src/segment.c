@@ -839,21 +839,74 @@ static void unmap_list(segment_t *s) {
   }
 }
 
-/* A cached huge mapping of at least total bytes (and not much more). */
+/* (huge_lock) A span of the cache, its purge state set. */
+static void huge_cache_put(segment_t *s) {
+  list_push(&huge_cache, s);
+  huge_cache_bytes += s->size;
+  stat_inc(STAT_HUGE_CACHED);
+}
+static void huge_cache_remove(segment_t *s) {
+  list_remove(&huge_cache, s);
+  huge_cache_bytes -= s->size;
+  stat_dec(STAT_HUGE_CACHED);
+}
+
+/* The smallest cached huge mapping of at least total bytes, or NULL.  One
+ * bigger by a segment or more is split at a segment's boundary, the rest
+ * staying cached: a freed block serves smaller ones too, resident, as a run
+ * of slices does in a segment (a program that churns big buffers of many
+ * sizes would otherwise map and fault in each anew). */
 static segment_t *huge_cache_take(size_t total) {
   segment_t *best = NULL;
   pthread_mutex_lock(&huge_lock);
   for (segment_t *s = huge_cache; s; s = s->next)
-    if (s->size >= total && s->size - total <= total / 2 && (!best || s->size < best->size)) best = s;
+    if (s->size >= total && (!best || s->size < best->size)) best = s;
   if (best) {
-    list_remove(&huge_cache, best);
-    huge_cache_bytes -= best->size;
-    stat_dec(STAT_HUGE_CACHED);
+    huge_cache_remove(best);
     if (!best->purge_ms && too_early(best->purged_ms, os_now_ms(), huge_delay_ms))
       huge_delay_ms = purge_delay_adapt(huge_delay_ms, true);
   }
   pthread_mutex_unlock(&huge_lock);
+  if (!best) return NULL;
+  size_t keep = (total + SEG_MASK) & ~SEG_MASK;
+  if (best->size >= keep + SEG_SIZE) {
+    segment_t *rest = (segment_t *)((uint8_t *)best + keep);
+    rest->size = best->size - keep;
+    rest->purge_ms = best->purge_ms;
+    rest->purged_ms = best->purged_ms;
+    best->size = keep;
+    registry_add(rest);
+    pthread_mutex_lock(&huge_lock);
+    huge_cache_put(rest);
+    pthread_mutex_unlock(&huge_lock);
+  }
   return best;
+}
+
+/* (huge_lock) Take the cached spans right before and after s (adjacent in
+ * the address space: they came from one mapping, or from the hint region's
+ * consecutive ones) out of the cache; *before, *after, or NULL. */
+static void huge_cache_neighbours(segment_t *s, segment_t **before, segment_t **after) {
+  *before = *after = NULL;
+  for (segment_t *c = huge_cache; c; c = c->next) {
+    if ((uint8_t *)c + c->size == (uint8_t *)s) *before = c;
+    else if ((uint8_t *)s + s->size == (uint8_t *)c) *after = c;
+  }
+  if (*before) huge_cache_remove(*before);
+  if (*after) huge_cache_remove(*after);
+}
+
+/* Span a (cached, or being freed) absorbs b, which follows it: one span,
+ * purged only if both were (a purge pending on either stays pending); b's
+ * header slice, now inside a's block area, is purged with them (a purged
+ * span reads as zero: calloc counts on it). */
+static void huge_merge(segment_t *a, segment_t *b) {
+  pthread_mutex_lock(&registry_lock);
+  registry_remove(b);
+  pthread_mutex_unlock(&registry_lock);
+  if (!a->purge_ms && !b->purge_ms) os_purge(b, SLICE_SIZE);
+  a->size += b->size;
+  if (!a->purge_ms || (b->purge_ms && b->purge_ms > a->purge_ms)) a->purge_ms = b->purge_ms;
 }
 
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
@@ -882,6 +935,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
     if (tail) os_unmap((uint8_t *)s + total, tail);
   }
   if (!s) return NULL;
+  if (fresh && hm_options.hugepages) os_hugepage(s, total);
   secure_guard_set(s, total);
   segment_header_init(s, total, fresh);
   if (fresh) registry_add(s);
@@ -930,11 +984,19 @@ void segment_huge_free(segment_t *s) {
     os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
     s->purged_ms = now;
   }
-  stat_inc(STAT_HUGE_CACHED);
-  pthread_mutex_lock(&huge_lock);
   s->purge_ms = superseded ? 0 : now + huge_delay_ms;
-  list_push(&huge_cache, s);
-  huge_cache_bytes += s->size;
+  /* with its cached neighbours, one span again */
+  segment_t *before, *after;
+  pthread_mutex_lock(&huge_lock);
+  huge_cache_neighbours(s, &before, &after);
+  pthread_mutex_unlock(&huge_lock);
+  if (after) huge_merge(s, after);
+  if (before) {
+    huge_merge(before, s);
+    s = before;
+  }
+  pthread_mutex_lock(&huge_lock);
+  huge_cache_put(s);
   segment_t *drop = huge_cache_decay(now, HUGE_CACHE_BYTES);
   uint64_t due = s->purge_ms;
   pthread_mutex_unlock(&huge_lock);

@@ -323,6 +323,56 @@ TEST(growing_buffer_old_copy_purged) {
   hakmem_free(b);
 }
 
+/* Freed huge mappings are split and joined again: a cached 24 MiB block
+ * serves a 6 MiB one without a new mapping, the rest staying cached for the
+ * next; freed again, the pieces are one span that serves 24 MiB once more.
+ * Every block is written whole (a span that claims more than is mapped
+ * faults), calloc's blocks read as zero, and no two blocks overlap. */
+TEST(huge_cache_splits_and_joins) {
+  hakmem_malloc_trim(0);
+  size_t big = (size_t)24 << 20, small = (size_t)6 << 20;
+  char *a = hakmem_malloc(big);
+  CHECK(a != NULL);
+  if (!a) return;
+  memset(a, 1, big);
+  hakmem_free(a);
+  hakmem_stats_t s0, s1;
+  hakmem_stats_get(&s0);
+  char *b = hakmem_malloc(small), *c = hakmem_calloc(1, small), *d = hakmem_malloc(small);
+  hakmem_stats_get(&s1);
+  CHECK(b && c && d);
+  if (!b || !c || !d) return;
+  CHECKF(s1.mmap_calls == s0.mmap_calls, "three 6 MiB blocks after a freed 24 MiB one took %zu new mappings",
+         s1.mmap_calls - s0.mmap_calls);
+  char *blk[3] = {b, c, d};
+  for (int i = 0; i < 3; i++) {
+    size_t u = hakmem_malloc_usable_size(blk[i]);
+    CHECK(u >= small);
+    for (int j = 0; j < 3; j++)
+      if (i != j) CHECK(blk[j] + hakmem_malloc_usable_size(blk[j]) <= blk[i] || blk[i] + u <= blk[j]);
+  }
+  int nonzero = 0;
+  for (size_t i = 0; i < small; i += 4096) nonzero += c[i] != 0;
+  CHECKF(nonzero == 0, "calloc from a split mapping: %d pages not zero", nonzero);
+  for (int i = 0; i < 3; i++) memset(blk[i], 2 + i, hakmem_malloc_usable_size(blk[i]));
+  hakmem_free(b);
+  hakmem_free(d);
+  hakmem_free(c);
+  hakmem_stats_get(&s0);
+  char *e = hakmem_calloc(1, big - (1 << 20));
+  hakmem_stats_get(&s1);
+  CHECK(e != NULL);
+  if (!e) return;
+  CHECKF(s1.mmap_calls == s0.mmap_calls, "the pieces, freed, did not serve 23 MiB again (%zu new mappings)",
+         s1.mmap_calls - s0.mmap_calls);
+  nonzero = 0;
+  for (size_t i = 0; i < big - (1 << 20); i += 4096) nonzero += e[i] != 0;
+  CHECKF(nonzero == 0, "calloc from joined pieces: %d pages not zero", nonzero);
+  memset(e, 5, hakmem_malloc_usable_size(e));
+  hakmem_free(e);
+  hakmem_malloc_trim(0);
+}
+
 /* With no purger thread (this program has one thread), a freed huge block
  * stays resident for the delay and is then purged by the next slow path,
  * not only by the next huge free. */
