@@ -1,6 +1,9 @@
 /* options.c — the one home of hakmem's settings.  Each option is read once,
  * at start-up, from its HAKMEM_* environment variable.  A malformed or
- * out-of-range value is reported once and the default is used. */
+ * out-of-range value is reported once and the default is used, but for
+ * HAKMEM_SECURE, where it means the strictest level: a request for hardening
+ * never turns into none.  A HAKMEM_* variable that names no option (a
+ * misspelling) is reported once, with the closest name. */
 #include "internal.h"
 #include "options.h"
 
@@ -9,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 
 options_t hm_options;
 bool hm_slow_mode;
@@ -18,26 +22,56 @@ static const struct option_def {
   const char *name;
   long *value;
   long def, min, max;
-  const char *doc;
+  bool strict;                    /* a malformed value means max, not def */
 } table[] = {
-  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000,
-    "milliseconds a free page stays resident before its memory is returned to the OS" },
-  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024,
-    "empty 4 MiB segments kept mapped (and purged) for reuse before unmapping" },
-  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20,
-    "MiB of freed blocks with a mapping of their own (above 4032 KiB, or grown by realloc past 2 MiB) kept mapped for reuse (purged after the delay)" },
-  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20,
-    "KiB of freed 4-256 KiB blocks each thread may keep for its next mallocs (a class's blocks given back after a second unused); 0: none" },
-  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1,
-    "1: once the process has several threads, a background thread returns the free memory of threads that went quiet" },
-  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2,
-    "1: hardened mode (exact double-free detection, checked free lists, quarantine, guard pages); 2: also zero freed blocks" },
-  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1,
-    "1: count every allocation and print a statistics report to stderr at exit" },
+  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false },
+  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false },
+  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false },
+  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false },
+  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false },
+  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false },
+  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true },
+  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false },
 };
 
+#define OPTIONS (sizeof table / sizeof table[0])
+
+/* Edits (insert, delete, replace a letter) from a to b, the first n of b. */
+static size_t distance(const char *a, const char *b, size_t n) {
+  size_t row[64], la = strlen(a);
+  if (la >= 64 || n >= 64) return 64;
+  for (size_t j = 0; j <= n; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= n; j++) {
+      size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up;
+      row[j] = best;
+    }
+  }
+  return row[n];
+}
+
+/* A HAKMEM_* variable that is no option: one warning, with the closest name. */
+static void warn_unknown(void) {
+  extern char **environ;
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "HAKMEM_", 7)) continue;
+    size_t n = strcspn(*e, "="), best_d = SIZE_MAX;
+    const char *best = NULL;
+    for (size_t i = 0; i < OPTIONS; i++) {
+      size_t d = distance(table[i].name, *e, n);
+      if (d < best_d) { best_d = d; best = table[i].name; }
+    }
+    if (best_d) hm_warn("hakmem: warning: %.*s is not a hakmem option (did you mean %s?); ignored\n", (int)n, *e, best);
+  }
+}
+
 void options_init(void) {
-  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+  for (size_t i = 0; i < OPTIONS; i++) {
     const struct option_def *o = &table[i];
     *o->value = o->def;
     const char *s = getenv(o->name);
@@ -46,12 +80,15 @@ void options_init(void) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (end == s || *end != '\0' || errno || v < o->min || v > o->max) {
-      hm_warn("hakmem: warning: %s=\"%s\" is not a number in [%ld, %ld]; using the default %ld\n",
-              o->name, s, o->min, o->max, o->def);
+      long use = o->strict ? o->max : o->def;
+      hm_warn("hakmem: warning: %s=\"%s\" is not a number in [%ld, %ld]; using %s %ld\n",
+              o->name, s, o->min, o->max, o->strict ? "the strictest," : "the default", use);
+      *o->value = use;
       continue;
     }
     *o->value = v;
   }
+  warn_unknown();
   if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   hm_secure_level = (int)hm_options.secure;
   hm_secure = hm_secure_level > 0;

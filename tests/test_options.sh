@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The HAKMEM_* options of README.md's table, under LD_PRELOAD: a valid value
 # is silent; a malformed or out-of-range one prints exactly one warning that
-# names the variable and the default, and the program still works; the
-# extreme values work; HAKMEM_STATS=1 prints the report to stderr at exit.
+# names the variable and the default (HAKMEM_SECURE: the strictest level, and
+# the program runs hardened), and the program still works; a misspelt name
+# gets one warning with the closest name; the extreme values work;
+# HAKMEM_STATS=1 prints the report to stderr at exit.
 set -u
 BUILD=${BUILD:-build}
 LIB=$(cd "$BUILD" && pwd)/libhakmem.so
@@ -33,13 +35,28 @@ for row in "${opts[@]}"; do
     n=$(grep -c "$name" "$tmp/err")
     lines=$(wc -l <"$tmp/err")
     if [ $rc -ne 0 ] || ! cmp -s "$tmp/ref" "$tmp/out"; then bad_ok=0 why="$name='$v': exit $rc or output changed"; break; fi
-    if [ "$n" -ne 1 ] || [ "$lines" -ne 1 ] || ! grep -q "$def" "$tmp/err"; then
-      bad_ok=0 why="$name='$v': expected one warning line naming $name and the default $def, got: $(head -c 300 "$tmp/err" | tr '\n' '|')"
+    want="the default $def"
+    [ "$name" = HAKMEM_SECURE ] && want="the strictest, 2"
+    if [ "$n" -ne 1 ] || [ "$lines" -ne 1 ] || ! grep -q "$want" "$tmp/err"; then
+      bad_ok=0 why="$name='$v': expected one warning line naming $name and $want, got: $(head -c 300 "$tmp/err" | tr '\n' '|')"
       break
     fi
   done
   if [ $bad_ok -eq 1 ]; then echo "ok - options:${name}_malformed_warns_once"; else echo "not ok - options:${name}_malformed_warns_once: $why"; fi
 done
+
+# A malformed request for hardening runs hardened (guard pages: mprotect
+# calls in the statistics), never unhardened.
+HAKMEM_SECURE=yes HAKMEM_STATS=1 LD_PRELOAD="$LIB" "${prog[@]}" >"$tmp/out" 2>"$tmp/err"
+guards=$(sed -n 's/.*mprotect \([0-9]*\).*/\1/p' "$tmp/err")
+if [ "${guards:-0}" -gt 0 ] && cmp -s "$tmp/ref" "$tmp/out"; then echo "ok - options:secure_malformed_runs_hardened ($guards mprotect calls)"
+else echo "not ok - options:secure_malformed_runs_hardened: mprotect calls '${guards:-none}', stderr: $(head -c 300 "$tmp/err" | tr '\n' '|')"; fi
+
+# A misspelt option: one warning naming it and the option it resembles.
+HAKMEM_PURGE_DELAY=5 LD_PRELOAD="$LIB" "${prog[@]}" >"$tmp/out" 2>"$tmp/err"
+if [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "HAKMEM_PURGE_DELAY is not a hakmem option (did you mean HAKMEM_PURGE_DELAY_MS?)" "$tmp/err"
+then echo "ok - options:unknown_name_warns_once"
+else echo "not ok - options:unknown_name_warns_once: stderr: $(head -c 300 "$tmp/err" | tr '\n' '|')"; fi
 
 # Extreme values of the tuning options still run a real workload correctly.
 cat >"$tmp/work.py" <<'PY'
