@@ -874,6 +874,7 @@ static segment_t *huge_cache_take(size_t total) {
     rest->size = best->size - keep;
     rest->purge_ms = best->purge_ms;
     rest->purged_ms = best->purged_ms;
+    rest->pages[1].cls = CLASS_HUGE;           /* (the census: a cached huge mapping) */
     best->size = keep;
     registry_add(rest);
     pthread_mutex_lock(&huge_lock);
@@ -944,6 +945,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   atomic_store_explicit(&huge_last, usable, memory_order_relaxed);
   s->used_slices = ~0ull;
   page_t *pg = &s->pages[1];
+  if (!fresh) memset(pg, 0, sizeof *pg);     /* (a split span's header was a block's bytes) */
   pg->slice = pg->slices = 1;
   pg->cls = CLASS_HUGE;
   pg->is_zero = zero;

@@ -348,6 +348,12 @@ TEST(huge_cache_splits_and_joins) {
   for (int i = 0; i < 3; i++) {
     size_t u = hakmem_malloc_usable_size(blk[i]);
     CHECK(u >= small);
+    /* a huge block's page descriptor: no owner (the block was the freed
+     * block's bytes, here all 1s, before the split made it a header) */
+    page_t *pg = page_of(segment_checked(blk[i]), blk[i]);
+    CHECKF(pg->cls == CLASS_HUGE && !atomic_load(&pg->heap) && !atomic_load(&pg->local) && !pg->flags,
+           "block %d: class %u heap %p local %#lx flags %u", i, pg->cls, (void *)atomic_load(&pg->heap),
+           (unsigned long)atomic_load(&pg->local), pg->flags);
     for (int j = 0; j < 3; j++)
       if (i != j) CHECK(blk[j] + hakmem_malloc_usable_size(blk[j]) <= blk[i] || blk[i] + u <= blk[j]);
   }
