@@ -44,16 +44,16 @@ HM_INLINE void tc_leave(heap_t *h) { atomic_store_explicit(&h->tc_busy, 0, memor
 /* A list's head (a page's free, a cache's word), which the purger may read
  * (tcache_take) while the owner pops or pushes: relaxed loads, release stores
  * (the block's link is written first). */
-HM_INLINE uintptr_t list_head(list_t *l) { return atomic_load_explicit((_Atomic uintptr_t *)&l->free, memory_order_relaxed); }
-HM_INLINE void list_set_head(list_t *l, uintptr_t b) { atomic_store_explicit((_Atomic uintptr_t *)&l->free, b, memory_order_release); }
-HM_INLINE uint32_t list_count(list_t *l) { return atomic_load_explicit(&l->used, memory_order_relaxed); }
+HM_INLINE uintptr_t list_head(list_t *l) { return __atomic_load_n(&l->free, __ATOMIC_RELAXED); }
+HM_INLINE void list_set_head(list_t *l, uintptr_t b) { __atomic_store_n(&l->free, b, __ATOMIC_RELEASE); }
+HM_INLINE uint32_t list_count(list_t *l) { return count_load(&l->used); }
 
-/* Take b, the head of list l, off it.  (Release: whoever reads the new count
- * sees the new head, tcache_take.) */
+/* Take b, the head of list l, off it.  (The count after the head: whoever
+ * reads the new count sees the new head, tcache_take.) */
 HM_INLINE block_t *hm_list_take(list_t *l, block_t *b) {
   list_set_head(l, b[1].word ^ l->key);
   b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
-  atomic_store_explicit(&l->used, list_count(l) + 1, memory_order_release);
+  count_inc(&l->used);
   return b;
 }
 /* The head of list l, which is not empty. */
@@ -61,15 +61,13 @@ HM_INLINE void *hm_list_pop(list_t *l) { return hm_list_take(l, (block_t *)list_
 HM_INLINE void *hm_page_pop(page_t *pg) { return hm_list_pop(&pg->list); }
 
 /* Push b, a block of pg not looking free, on list o: the mark is the page's
- * key, the link is encoded with the list's.  The count it leaves.  (Release:
- * once the purger reads the new count, these stores are done.) */
-HM_INLINE uint32_t hm_list_push(list_t *o, page_t *pg, block_t *b) {
+ * key, the link is encoded with the list's.  True if it takes the count to
+ * 0.  (The count last: once the purger reads it, these stores are done.) */
+HM_INLINE bool hm_list_push(list_t *o, page_t *pg, block_t *b) {
   block_mark_free(pg, b);                    /* a second free is caught */
   b[1].word = list_head(o) ^ o->key;
   list_set_head(o, (uintptr_t)b);
-  uint32_t n = list_count(o) - 1;
-  atomic_store_explicit(&o->used, n, memory_order_release);
-  return n;
+  return count_dec_to_zero(&o->used);
 }
 
 /* The owner h frees b, a block of pg not looking free, onto list o (pg, or
@@ -77,7 +75,7 @@ HM_INLINE uint32_t hm_list_push(list_t *o, page_t *pg, block_t *b) {
  * or a full cache (a tail call: free's fast path then saves no registers). */
 void tcache_full(heap_t *h, page_t *pg);
 HM_INLINE void hm_owner_push(heap_t *h, list_t *o, page_t *pg, block_t *b) {
-  if (unlikely(hm_list_push(o, pg, b) == 0)) {
+  if (unlikely(hm_list_push(o, pg, b))) {
     if (o == &pg->list) heap_page_retire(h, pg);
     else tcache_full(h, pg);
   }

@@ -160,7 +160,7 @@ struct segment_s;
 typedef struct list_s {
   uintptr_t free;                /* encoded head */
   uintptr_t key;                 /* the links' encoding key */
-  _Atomic uint32_t used;
+  uint32_t used;                 /* written by the owner alone, read by others: count_*() */
 } list_t;
 
 typedef struct page_s {
@@ -183,7 +183,7 @@ typedef struct page_s {
     struct {
       uintptr_t free;            /* encoded head of the free list */
       uintptr_t pop_key;         /* = key, here so that malloc reads only this line */
-      _Atomic uint32_t used;     /* blocks handed out (including remote-freed, uncollected,
+      uint32_t used;             /* blocks handed out (including remote-freed, uncollected,
                                     and those in the owner's thread cache); written by the
                                     owner, read by the purger (page_used) */
     };
@@ -213,11 +213,37 @@ static inline void page_set_flags(page_t *pg, uint8_t f) {
   page_set_local(pg);
 }
 
-/* used: only the owner writes it; the purger reads it to tell whether every
- * block handed out is on the thread_free list (then no thread can reach the
- * page and it may be taken back).  Plain loads and stores on x86 and arm64. */
-static inline uint32_t page_used(const page_t *pg) { return atomic_load_explicit(&pg->used, memory_order_relaxed); }
-static inline void page_set_used(page_t *pg, uint32_t n) { atomic_store_explicit(&pg->used, n, memory_order_relaxed); }
+/* A list's count (list_t.used): only its owner writes it; the purger reads
+ * it (a page's, to tell whether every block handed out is on the
+ * thread_free list, then no thread can reach the page and it may be taken
+ * back; a cache's, with its head, tcache_take).  Loads are atomic; a store
+ * is a release (the head and links written before it are seen with it).
+ * The fast paths' update is a plain read-modify-write on x86, whose stores
+ * keep their order (a compiler fence is enough): one instruction, where an
+ * atomic store of a loaded count takes three; elsewhere, and under TSan,
+ * which cannot see that ordering, an atomic load and store. */
+static inline uint32_t count_load(const uint32_t *c) { return __atomic_load_n(c, __ATOMIC_RELAXED); }
+static inline uint32_t count_load_acquire(const uint32_t *c) { return __atomic_load_n(c, __ATOMIC_ACQUIRE); }
+static inline void count_store(uint32_t *c, uint32_t n) { __atomic_store_n(c, n, __ATOMIC_RELEASE); }
+#if defined(__x86_64__) && !HM_TSAN
+static inline void count_inc(uint32_t *c) {
+  atomic_signal_fence(memory_order_release);
+  ++*c;
+}
+static inline bool count_dec_to_zero(uint32_t *c) {
+  atomic_signal_fence(memory_order_release);
+  return --*c == 0;
+}
+#else
+static inline void count_inc(uint32_t *c) { count_store(c, count_load(c) + 1); }
+static inline bool count_dec_to_zero(uint32_t *c) {
+  uint32_t n = count_load(c) - 1;
+  count_store(c, n);
+  return n == 0;
+}
+#endif
+static inline uint32_t page_used(const page_t *pg) { return count_load(&pg->used); }
+static inline void page_set_used(page_t *pg, uint32_t n) { count_store(&pg->used, n); }
 
 /* area is read by threads freeing into the page while its owner carves more. */
 static inline size_t page_area(const page_t *pg) { return atomic_load_explicit(&pg->area, memory_order_relaxed); }

@@ -144,7 +144,7 @@ void page_free_local_slow(page_t *pg, block_t *b) {
  * class).  A page with nothing handed out is left to its owner, who is about
  * to retire it. */
 bool page_unreachable(page_t *pg, uint32_t elsewhere) {
-  uint32_t used = atomic_load_explicit(&pg->used, memory_order_acquire);
+  uint32_t used = count_load_acquire(&pg->used);
   if (used == 0 || used < elsewhere) return false;
   uint32_t want = used - elsewhere, n = 0;
   uintptr_t b = TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_acquire));

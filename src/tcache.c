@@ -96,7 +96,7 @@ static _Atomic uintptr_t *head_of(tcl_t *t) { return (_Atomic uintptr_t *)&t->l.
 static block_t *head(tcl_t *t) { return (block_t *)atomic_load_explicit(head_of(t), memory_order_relaxed); }
 static void set_head(tcl_t *t, block_t *b) { atomic_store_explicit(head_of(t), (uintptr_t)b, memory_order_release); }
 static uint32_t room(tcl_t *t) { return list_count(&t->l); }
-static void set_room(tcl_t *t, uint32_t n) { atomic_store_explicit(&t->l.used, n, memory_order_relaxed); }
+static void set_room(tcl_t *t, uint32_t n) { count_store(&t->l.used, n); }
 
 /* (owner, locked) Push b, a block of pg not looking free, on cache i, which
  * must have room. */
@@ -106,7 +106,7 @@ static void push(heap_t *h, size_t i, page_t *pg, block_t *b) { hm_list_push(&tc
  * caches are parked: each push on it calls out, and the call drains it.) */
 static void sink_reset(heap_t *h) {
   list_set_head(&h->tc_sink, 0);
-  atomic_store_explicit(&h->tc_sink.used, 1, memory_order_relaxed);
+  count_store(&h->tc_sink.used, 1);
 }
 
 /* Hand each block of the chain from b (linked as the caches link them) to
@@ -309,11 +309,11 @@ static void cut_after_first(heap_t *h, size_t i) {
   uint32_t r;
   uintptr_t w, next;
   do {
-    r = atomic_load_explicit(&t->l.used, memory_order_acquire);
+    r = count_load_acquire(&t->l.used);
     w = atomic_load_explicit(head_of(t), memory_order_acquire);
     next = w ? first_link((const block_t *)w) ^ t->l.key : 0;
   } while (atomic_load_explicit(head_of(t), memory_order_acquire) != w ||
-           atomic_load_explicit(&t->l.used, memory_order_acquire) != r);
+           count_load_acquire(&t->l.used) != r);
   t->cut = (block_t *)w;
   t->cut_room = r;
   if (!next) return;
