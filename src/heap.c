@@ -668,6 +668,7 @@ static heap_t *heap_unpark(void) {
   if (h) {
     parked = h->next_free;
     parked_count--;
+    atomic_store_explicit(&h->parked_ms, 0, memory_order_relaxed);
   }
   pthread_mutex_unlock(&heaps_lock);
   return h;
@@ -689,6 +690,7 @@ static heap_t *heap_made(void) {
   h->ticks = HEAP_TICKS;
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   h->live = true;
+  atomic_store_explicit(&h->parked_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
   remote_open(h);
   unlock_raw(h);
@@ -781,7 +783,7 @@ static void heap_release(heap_t *h) {
 /* An exiting thread's heap waits, whole, for the next thread that needs one
  * (heap_get): its segments and pages stay its own, other threads' frees of
  * its blocks reach it as before (its inbox stays open), and the purger trims
- * it as any quiet heap.  A thread that starts and ends in a moment (a pool's
+ * it as a quiet heap from its first look, a purge delay after the parking.  A thread that starts and ends in a moment (a pool's
  * job, a round of workers) then costs no abandoning and reclaiming of
  * segments, and its successor no refault of purged memory.  The caches go
  * back to their pages first, and empty pages to their segments.  At most
@@ -793,8 +795,10 @@ static void heap_park(heap_t *h) {
   lock_raw(h);
   tcache_flush(h);
   heap_collect_all(h);
+  segment_purge_reset_delay(h);
   heap_give_back(h);
-  uint64_t now = h->parked_ms = os_now_ms();
+  uint64_t now = os_now_ms(), look = now + h->purge_delay_ms;
+  atomic_store_explicit(&h->parked_ms, now, memory_order_relaxed);
   unlock_raw(h);
   hm_tls_heap = &hm_heap_empty;      /* (the next thread may take it from here on) */
   heap_t *oldest = NULL;
@@ -811,7 +815,8 @@ static void heap_park(heap_t *h) {
   pthread_mutex_unlock(&heaps_lock);
   if (oldest) heap_release(oldest);
   purge_start_now();                 /* (if it does not run) */
-  purge_arm(now + PARK_MS);          /* (h is no longer ours to read) */
+  purge_arm(look);                   /* to take in other threads' late frees; its pass
+                                        also schedules the release (heap_parked_tidy) */
 }
 
 /* (the purger) Release the heaps parked longer than PARK_MS: a program that
@@ -823,8 +828,9 @@ uint64_t heap_parked_tidy(uint64_t now) {
     heap_t **p = &parked, *h = NULL;
     uint64_t next = 0;
     for (; *p; p = &(*p)->next_free) {
-      if (now >= (*p)->parked_ms + PARK_MS) { h = *p; break; }
-      if (!next || (*p)->parked_ms + PARK_MS < next) next = (*p)->parked_ms + PARK_MS;
+      uint64_t due = atomic_load_explicit(&(*p)->parked_ms, memory_order_relaxed) + PARK_MS;
+      if (now >= due) { h = *p; break; }
+      if (!next || due < next) next = due;
     }
     if (h) {
       *p = h->next_free;

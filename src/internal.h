@@ -430,7 +430,6 @@ typedef struct heap_s {
   uint8_t refills[CLASSES];      /* pages of each class carved or taken from the spares after
                                     one emptied: halved at each spare check, up to 255 */
   struct heap_s *next_free;      /* recycled heap structs, or parked heaps (heap.c) */
-  uint64_t parked_ms;            /* when its thread left it parked */
   bool live;                     /* a thread owns the heap (false once it exited) */
   _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
                                     when emptied (tcache.c); the census reads it */
@@ -446,6 +445,8 @@ typedef struct heap_s {
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
   _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
+  _Atomic uint64_t parked_ms;    /* when its thread left it parked, 0 while a thread owns it
+                                    (the purger reads it: a parked heap is never busy) */
   list_t *_Atomic direct[DIRECT_N]; /* DIRECT_BIG's index of a size -> the list malloc pops:
                                     the first page of the class's queue for the small classes
                                     (set_current), the thread cache from 4 KiB.  Kept when the struct
@@ -529,6 +530,7 @@ bool    segment_huge_cache_purge(bool force, uint64_t *next);
 void    segment_caches_tick(uint64_t now);             /* purge the caches' due entries, if any (two loads if none) */
 enum purge_mode { PURGE_BUSY, PURGE_IDLE, PURGE_FORCE };   /* the owner's slow path; a quiet or exiting heap; every free slice now */
 bool    segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch);
+void    segment_purge_reset_delay(heap_t *h);
 uint64_t segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
 void    segment_unlink(heap_t *h, segment_t *s);

@@ -129,7 +129,10 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
     if (atomic_load_explicit(&h->idle, memory_order_relaxed)) continue;
     uint64_t ops = atomic_load_explicit(&h->slow_ops, memory_order_relaxed);
-    if (ops != h->seen_ops) { h->seen_ops = ops; watching = true; continue; }   /* busy: it trims itself */
+    if (ops != h->seen_ops) {                  /* busy: it trims itself, unless its thread parked it */
+      h->seen_ops = ops;
+      if (!atomic_load_explicit(&h->parked_ms, memory_order_relaxed)) { watching = true; continue; }
+    }
     if (!heap_trylock(h)) { watching = true; continue; }
     /* Idle before the trim looks at what other threads sent the heap (its
      * inbox, delayed list, pages' remote lists): one that sends after the

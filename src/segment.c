@@ -782,6 +782,16 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
   return watched_released;
 }
 
+/* h's thread left it (heap_park): the delay its reuse pattern grew goes with
+ * it, and no segment waits longer than the base delay for its purge. */
+void segment_purge_reset_delay(heap_t *h) {
+  h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+  uint64_t by = os_now_ms() + h->purge_delay_ms;
+  for (segment_t *s = h->segments; s; s = s->next)
+    if (s->purge_ms > by) s->purge_ms = by;
+  if (h->next_purge_ms > by) h->next_purge_ms = by;
+}
+
 /* ---- huge blocks -------------------------------------------------------- */
 
 /* A huge block sits at offset off of its own mapping, the header at the
