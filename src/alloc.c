@@ -110,17 +110,20 @@ void *hm_malloc(size_t n) { return hm_malloc_fast(n); }
 
 void hm_free(void *p) { hm_free_fast(p); }
 
-void hm_free_sized(void *p, size_t size) {
-  if (!p) return;
-  segment_t *s;
-  page_t *pg = lookup(p, &s, "free_sized");
-  if (size > pg->block_size) hm_fatal("sized free with a size larger than the block", p, pg);
-  hm_free_fast(p);
-}
+void hm_free_sized(void *p, size_t size) { hm_free_sized_fast(p, size); }
 
 void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
   (void)alignment;
-  hm_free_sized(p, size);
+  hm_free_sized_fast(p, size);
+}
+
+/* A sized free whose size is more than the blocks of the page free's fast
+ * path found: the exact lookup decides (a huge block's header is elsewhere). */
+HM_COLD void hm_free_sized_slow(void *p, size_t size) {
+  segment_t *s;
+  page_t *pg = lookup(p, &s, "sized free");
+  if (size > pg->block_size) hm_fatal("sized free or delete with a size larger than the block", p, pg);
+  hm_free_slow(p, true);
 }
 
 /* The page of p if p is a block start in one of hakmem's segments (free's
@@ -288,7 +291,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
    * thread cache's room); a cached class's page only under the heap lock,
    * as the purger may be giving those pages back (tcache.c). */
   if (pg->cls < CLASSES && tcache_fast(pg->cls)) hm_free_slow(p, false);
-  else hm_free_block(p, false);
+  else hm_free_block(p, false, 0);
   return q;
 }
 

@@ -424,7 +424,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
       page_set_area(pg, bs);
       pg->reserved = pg->capacity = 1;
       page_set_used(pg, 1);
-      page_set_key(pg, h->rand += 0x9E3779B97F4A7C15ull);
+      heap_page_keys(h, pg);
       page_set_flags(pg, PAGE_FULL);
       atomic_store_explicit(&pg->thread_free, TF_NOTIFY, memory_order_relaxed);
       page_set_owner(pg, h);

@@ -41,31 +41,46 @@ HM_INLINE bool tc_enter(heap_t *h) {
 }
 HM_INLINE void tc_leave(heap_t *h) { atomic_store_explicit(&h->tc_busy, 0, memory_order_release); }
 
-/* A list's head (a page's free, a cache's word), which the purger may read
- * (tcache_take) while the owner pops or pushes: relaxed loads, release stores
- * (the block's link is written first). */
-HM_INLINE uintptr_t list_head(list_t *l) { return __atomic_load_n(&l->free, __ATOMIC_RELAXED); }
+/* A list's head (a page's free, a cache's word): only the owner writes it,
+ * with release stores (the block's link is written first), and the purger
+ * may read it (tcache_take) while the owner pops or pushes; the owner's own
+ * reads are plain. */
+HM_INLINE uintptr_t list_head(list_t *l) { return l->free; }
 HM_INLINE void list_set_head(list_t *l, uintptr_t b) { __atomic_store_n(&l->free, b, __ATOMIC_RELEASE); }
 HM_INLINE uint32_t list_count(list_t *l) { return count_load(&l->used); }
 
-/* Take b, the head of list l, off it.  (The count after the head: whoever
- * reads the new count sees the new head, tcache_take.) */
-HM_INLINE block_t *hm_list_take(list_t *l, block_t *b) {
-  list_set_head(l, b[1].word ^ l->key);
+/* Take b, the head of list l, off it, its link decoded to next ^ b: t.
+ * (The count after the head: whoever reads the new count sees the new head,
+ * tcache_take.) */
+HM_INLINE block_t *hm_list_took(list_t *l, block_t *b, uintptr_t t) {
+  list_set_head(l, t ^ (uintptr_t)b);
   b[0].word = 0;            /* no longer looks free (the link word stays, as glibc's does) */
   count_inc(&l->used);
   return b;
+}
+/* The same, the link checked first: it must have none of the list's check
+ * bits set (the same slice for a page of one slice, the same region of
+ * hakmem's segments for a thread cache, and the blocks' alignment), else
+ * hm_list_take_checked looks closer (the end of the list, a block farther
+ * away) and reports a link that does not lead to a free block of the list's
+ * kind before b is handed out. */
+__attribute__((returns_nonnull)) block_t *hm_list_take_checked(list_t *l, block_t *b, uintptr_t t);
+HM_INLINE block_t *hm_list_take(list_t *l, block_t *b) {
+  uintptr_t t = b[1].word ^ l->key;          /* next ^ b */
+  if (unlikely((t & l->check) != 0)) return hm_list_take_checked(l, b, t);
+  return hm_list_took(l, b, t);
 }
 /* The head of list l, which is not empty. */
 HM_INLINE void *hm_list_pop(list_t *l) { return hm_list_take(l, (block_t *)list_head(l)); }
 HM_INLINE void *hm_page_pop(page_t *pg) { return hm_list_pop(&pg->list); }
 
 /* Push b, a block of pg not looking free, on list o: the mark is the page's
- * key, the link is encoded with the list's.  True if it takes the count to
- * 0.  (The count last: once the purger reads it, these stores are done.) */
+ * key, the link is encoded with the list's (link_enc).  True if it takes the
+ * count to 0.  (The count last: once the purger reads it, these stores are
+ * done.) */
 HM_INLINE bool hm_list_push(list_t *o, page_t *pg, block_t *b) {
   block_mark_free(pg, b);                    /* a second free is caught */
-  b[1].word = list_head(o) ^ o->key;
+  b[1].word = (list_head(o) ^ o->key) ^ (uintptr_t)b;      /* link_enc */
   list_set_head(o, (uintptr_t)b);
   return count_dec_to_zero(&o->used);
 }
@@ -136,16 +151,19 @@ HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
 }
 
 /* to_cache: a block of a class with a thread cache may go there (else to
- * its page). */
-HM_INLINE void hm_free_block(void *p, bool to_cache) {
+ * its page).  size: what the program says the block holds (free_sized, C++
+ * sized delete), else 0; more than its page's blocks go to
+ * hm_free_sized_slow, which reports a size larger than the block. */
+HM_INLINE void hm_free_block(void *p, bool to_cache, size_t size) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
     segment_t *s = segment_of(p);
     size_t k = ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT;
     page_t *pg = s->slice_page[k];
+    if (unlikely(size > pg->block_size)) { hm_free_sized_slow(p, size); return; }
     block_t *b = (block_t *)p;
     uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
     heap_t *owner, *h = hm_tls_heap;
-    uintptr_t local = atomic_load_explicit(&pg->local, memory_order_relaxed);
+    uintptr_t local = racy_word(&pg->local);
     list_t *o = to_cache ? slice_push_of(s, k) : &pg->list;
     if (likely(local == (uintptr_t)h)) {             /* ours, and neither parked nor slow */
       if (likely(hm_freeable(pg, b, off))) {
@@ -161,6 +179,7 @@ HM_INLINE void hm_free_block(void *p, bool to_cache) {
   hm_free_slow(p, to_cache);
 }
 
-HM_INLINE void hm_free_fast(void *p) { hm_free_block(p, true); }
+HM_INLINE void hm_free_fast(void *p) { hm_free_block(p, true, 0); }
+HM_INLINE void hm_free_sized_fast(void *p, size_t size) { hm_free_block(p, true, size); }
 
 #endif

@@ -50,8 +50,23 @@
 #define HM_TSAN 0
 #endif
 
+/* A word another thread may write, read on free's fast path where GCC may
+ * fold the load into the compare that uses it (it never folds an atomic load,
+ * even a relaxed one: one instruction more).  x86-64 and arm64 load an
+ * aligned word whole, so the read sees the old value or the new one; under
+ * TSan, which cannot know that, an atomic load. */
+static inline uint64_t racy_word(const _Atomic uint64_t *w) {
+#if HM_TSAN
+  return atomic_load_explicit(w, memory_order_relaxed);
+#else
+  return *(const uint64_t *)w;
+#endif
+}
+
 /* ---- geometry ------------------------------------------------------------ */
 #define SEG_SHIFT     22                        /* 4 MiB segments */
+#define SEG_REGION    ((uintptr_t)1 << 41)      /* segments go from 2 TiB up (os.c): in [2, 4) TiB
+                                                   unless that many are mapped or a hint failed */
 #define SEG_SIZE      ((size_t)1 << SEG_SHIFT)
 #define SEG_MASK      (SEG_SIZE - 1)
 #define SLICE_SHIFT   16                        /* 64 KiB slices */
@@ -113,8 +128,8 @@ static inline size_t class_size(size_t c) {
 
 /* A thread cache (tcache.c, tcl_t below): freed blocks of one class from 4
  * KiB up, last freed first, linked as a page's free list is.  A cached
- * block's first word is its page's key (it looks free), its second the next
- * block, encoded with the heap's tc_key. */
+ * block's first word is its page's mark (it looks free), its second the link
+ * to the next block, encoded with the heap's tc_key. */
 #define TC_MIN      CLASS_4K
 #define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
@@ -126,8 +141,9 @@ extern bool hm_tcache_on;                        /* HAKMEM_THREAD_CACHE_KB > 0, 
 /* ---- blocks and pages ---------------------------------------------------- */
 /* A free block (smallest: 16 bytes) holds two words: b[0].word is its page's
  * key, the mark free() tests for "already free", b[1].word the link to the
- * next free block, encoded with the key.  A live block's first word is the
- * program's data, or 0 from malloc. */
+ * next free block (link_enc: encoded with a key of its list that the mark does
+ * not reveal, and with the block's own address).  A live block's first word
+ * is the program's data, or 0 from malloc. */
 typedef struct block_s { uintptr_t word; } block_t;
 
 struct heap_s;
@@ -158,8 +174,10 @@ struct segment_s;
  * a cache's room left; a push that takes it to 0 empties the page or fills
  * the cache. */
 typedef struct list_s {
-  uintptr_t free;                /* encoded head */
-  uintptr_t key;                 /* the links' encoding key */
+  uintptr_t free;                /* the first block */
+  uintptr_t key;                 /* the links' key (link_enc) */
+  uintptr_t check;               /* bits that are 0 in next ^ block for a next block that
+                                    needs no closer look (hm_list_take) */
   uint32_t used;                 /* written by the owner alone, read by others: count_*() */
 } list_t;
 
@@ -169,7 +187,7 @@ typedef struct page_s {
   _Atomic uint64_t limit;        /* blocks carved times e (page_set_area): free's test */
   uint64_t magic;                /* floor(2^64 / block_size) + 1, or 1 for a page of one
                                     block (page_set_magic) */
-  uintptr_t key;                 /* free-list encoding key (high bit set) */
+  uintptr_t key;                 /* a free block's mark (random, high bit set) */
   struct heap_s *_Atomic heap;   /* owner; NULL while the segment is abandoned */
   _Atomic uintptr_t local;       /* the owner's address while flags are clear, else 0: the
                                     one test free's fast path makes (page_set_local; any
@@ -181,8 +199,9 @@ typedef struct page_s {
   _Alignas(64) union {
     list_t list;                 /* the fast paths' view (hot.h) */
     struct {
-      uintptr_t free;            /* encoded head of the free list */
-      uintptr_t pop_key;         /* = key, here so that malloc reads only this line */
+      uintptr_t free;            /* the first block of the free list */
+      uintptr_t link_key;        /* the links' key, independent of the mark */
+      uintptr_t link_check;      /* list_t.check: one slice and the blocks' alignment */
       uint32_t used;             /* blocks handed out (including remote-freed, uncollected,
                                     and those in the owner's thread cache); written by the
                                     owner, read by the purger (page_used) */
@@ -203,6 +222,7 @@ typedef struct page_s {
   _Alignas(64) _Atomic uintptr_t thread_free; /* remote frees: count | block list | TF_* state */
   _Atomic size_t area;           /* bytes carved into blocks (slow paths: a line free does
                                     not read) */
+  uintptr_t tf_key;              /* = link_key, for the threads pushing on thread_free */
 } page_t;
 _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 
@@ -264,13 +284,38 @@ static inline void page_set_area(page_t *pg, size_t a) {
   uint64_t limit = !a ? 0 : pg->magic == 1 ? 1 : (a / pg->block_size) * (pg->magic * pg->block_size);
   atomic_store_explicit(&pg->limit, limit, memory_order_relaxed);
 }
-static inline uintptr_t enc(const page_t *pg, uintptr_t p) { return p ^ pg->key; }
-static inline uintptr_t dec(const page_t *pg, uintptr_t v) { return v ^ pg->key; }
-static inline void page_set_key(page_t *pg, uintptr_t k) { pg->key = pg->pop_key = k | (1ull << 63); }
+
+/* A free block's link, b[1].word: the next block (0: the end) XOR its list's
+ * key XOR the block's own address.  The key is random and is not the mark, so
+ * reading a freed block does not tell how to forge a link, and the address
+ * makes a link copied from another block decode elsewhere (glibc's
+ * safe-linking mixes in the address, snmalloc a key as well).  Every pop
+ * checks the link it follows before the block is handed out (hm_list_take). */
+static inline uintptr_t link_enc(uintptr_t key, const void *at, uintptr_t next) { return next ^ key ^ (uintptr_t)at; }
+static inline uintptr_t link_dec(uintptr_t key, const void *at, uintptr_t word) { return word ^ key ^ (uintptr_t)at; }
+
+/* pg's mark and link key, two independent values drawn from its heap's
+ * generator (page_init), and the links' check: a page of one slice has every
+ * block in that slice and, its start aligned, at a multiple of the largest
+ * power of two dividing the block size, so a next block elsewhere shows as a
+ * bit of next ^ block outside the slice or below that alignment; for a longer
+ * page (blocks above 8 KiB) the bits outside its segment. */
+static inline uint64_t key_mix(uint64_t x) {
+  x ^= x >> 31; x *= 0x7fb5d329728ea185ull;
+  x ^= x >> 27; x *= 0x81dadef4bc2dd44dull;
+  return x ^ (x >> 33);
+}
+static inline void page_set_key(page_t *pg, uint64_t mark, uint64_t link) {
+  pg->key = key_mix(mark) | (1ull << 63);
+  pg->link_key = pg->tf_key = key_mix(link);
+  uintptr_t align = pg->block_size & -pg->block_size, off = (uintptr_t)pg->start & (SLICE_SIZE - 1);
+  if (off && (off & -off) < align) align = off & -off;
+  pg->link_check = ~(uintptr_t)(pg->slices == 1 ? SLICE_SIZE - 1 : SEG_MASK) | (align - 1);
+}
 
 /* Is p, at offset off from pg's start, a carved block's start (page_set_area)? */
 static inline bool hm_block_start(const page_t *pg, uintptr_t off) {
-  return off * pg->magic < atomic_load_explicit(&pg->limit, memory_order_relaxed);
+  return off * pg->magic < racy_word(&pg->limit);
 }
 /* Does block b (of pg, not known to be live) look free: is its first word
  * the page's key?  The key is random with its top bit set, so a live block
@@ -280,13 +325,16 @@ static inline bool block_looks_free(const page_t *pg, const void *b) {
 }
 /* Give b the mark block_looks_free tests (its link is the caller's). */
 static inline void block_mark_free(const page_t *pg, void *b) { ((block_t *)b)[0].word = pg->key; }
-/* Make b a free block of pg whose link leads to next (0: the end). */
+/* Make b a free block of pg whose link leads to next (0: the end).  (The
+ * link key of the third line: other threads push on thread_free too.) */
 static inline void block_set_free(const page_t *pg, void *b, uintptr_t next) {
   block_mark_free(pg, b);
-  ((block_t *)b)[1].word = enc(pg, next);
+  ((block_t *)b)[1].word = link_enc(pg->tf_key, b, next);
 }
 /* The block after free block b of pg (0: the end). */
-static inline uintptr_t block_next(const page_t *pg, uintptr_t b) { return dec(pg, ((const block_t *)b)[1].word); }
+static inline uintptr_t block_next(const page_t *pg, uintptr_t b) {
+  return link_dec(pg->tf_key, (const void *)b, ((const block_t *)b)[1].word);
+}
 
 /* &base->field[i], as integer arithmetic: in this form GCC folds the field's
  * offset into an atomic load's address; from &base->field[i] it adds it to
@@ -464,6 +512,19 @@ typedef struct heap_s {
   /* its buffers for other heaps' blocks, touched as they are first used */
   _Alignas(64) rbuf_t rb[RB_MAX];
 } heap_t;
+
+/* h's generator (xorshift64). */
+static inline uint64_t heap_rand(heap_t *h) {
+  uint64_t r = h->rand;
+  r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+  return h->rand = r;
+}
+/* Give pg its mark and link key (page_set_key): two draws of h's generator,
+ * the link's mixed with the heap's secret tc_key. */
+static inline void heap_page_keys(heap_t *h, page_t *pg) {
+  uint64_t mark = heap_rand(h);
+  page_set_key(pg, mark, heap_rand(h) ^ h->tc_key);
+}
 #define HEAP_RESET_SIZE offsetof(heap_t, lock)
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
@@ -659,6 +720,7 @@ void  secure_page_guard(segment_t *s, size_t first, size_t n);
 /* alloc.c: the API behind both the hakmem_* and the standard names */
 /* to_cache: a 4-256 KiB block may wait in the thread cache (not realloc's old block) */
 void hm_free_slow(void *p, bool to_cache);
+void hm_free_sized_slow(void *p, size_t size);   /* (alloc.c) a sized free the fast path doubts */
 void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache);   /* free a checked block */
 void  *hm_malloc(size_t n);
 void   hm_free(void *p);

@@ -47,7 +47,7 @@ void os_unmap(void *p, size_t size) {
  * munmaps.  A taken range (a huge block grown in place, say) moves on to the
  * next hint; four misses in a row, or a kernel that treats the flag as a mere
  * hint, turn hinting off for good. */
-#define HINT_BASE  ((uintptr_t)2 << 40)
+#define HINT_BASE  SEG_REGION
 #define HINT_END   ((uintptr_t)8 << 40)
 #define HINT_TRIES 4
 #define HINT_OFF (HM_ASAN || HM_TSAN)        /* the sanitizers own that range */

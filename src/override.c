@@ -24,7 +24,7 @@ API void *valloc(size_t n) { return hm_valloc(n); }
 API void *pvalloc(size_t n) { return hm_pvalloc(n); }
 API size_t malloc_usable_size(void *p) { return hm_malloc_usable_size(p); }
 API int malloc_trim(size_t pad) { return hm_malloc_trim(pad); }
-API void free_sized(void *p, size_t size) { hm_free_sized(p, size); }
+API void free_sized(void *p, size_t size) { hm_free_sized_fast(p, size); }
 API void free_aligned_sized(void *p, size_t align, size_t size) { hm_free_aligned_sized(p, align, size); }
 API struct mallinfo2 mallinfo2(void) { return hm_mallinfo2(); }
 API struct mallinfo mallinfo(void) { return hm_mallinfo(); }
@@ -106,14 +106,14 @@ CXX void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t
 
 CXX void _ZdlPv(void *p) { hm_free_fast(p); }
 CXX void _ZdaPv(void *p) { hm_free_fast(p); }
-CXX void _ZdlPvm(void *p, size_t n) { (void)n; hm_free_fast(p); }
-CXX void _ZdaPvm(void *p, size_t n) { (void)n; hm_free_fast(p); }
+CXX void _ZdlPvm(void *p, size_t n) { hm_free_sized_fast(p, n); }
+CXX void _ZdaPvm(void *p, size_t n) { hm_free_sized_fast(p, n); }
 CXX void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; hm_free_fast(p); }
 CXX void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t *t) { (void)t; hm_free_fast(p); }
 CXX void _ZdlPvSt11align_val_t(void *p, size_t a) { (void)a; hm_free_fast(p); }
 CXX void _ZdaPvSt11align_val_t(void *p, size_t a) { (void)a; hm_free_fast(p); }
-CXX void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; hm_free_fast(p); }
-CXX void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)n; (void)a; hm_free_fast(p); }
+CXX void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)a; hm_free_sized_fast(p, n); }
+CXX void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t a) { (void)a; hm_free_sized_fast(p, n); }
 CXX void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a; (void)t; hm_free_fast(p); }
 CXX void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t a, const nothrow_t *t) { (void)a; (void)t; hm_free_fast(p); }
 #endif

@@ -5,9 +5,8 @@
  * list with one atomic exchange when the free list runs dry (page_collect).
  * A free block's first word is the page's key, a random word that marks it
  * free, so that free() spots a probable double free with one compare; its
- * second is the link to the next, XOR-encoded with the key (internal.h). */
-#include "internal.h"
-#include "options.h"
+ * second is the link to the next, encoded (link_enc, internal.h). */
+#include "hot.h"
 #include "stats.h"
 
 #include <sched.h>
@@ -30,8 +29,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   pg->cls = cls;                          /* (before the flags: page_set_local reads it) */
   page_set_push(pg, &pg->list);
   page_set_flags(pg, hm_page_flags);
-  h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
-  page_set_key(pg, h->rand);             /* (high bit set: decode(0) is never a user address) */
+  heap_page_keys(h, pg);
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
   pg->next = pg->prev = NULL;
   page_set_owner(pg, h);
@@ -175,7 +173,7 @@ void page_free_remote(page_t *pg, block_t *b) {
                                                     memory_order_release, memory_order_relaxed)) {}
       return;
     }
-    b[1].word = enc(pg, TF_PTR(tf));
+    b[1].word = link_enc(pg->tf_key, b, TF_PTR(tf));
     if (atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                               memory_order_seq_cst, memory_order_relaxed))
       return;   /* (sequentially consistent: the caller asks heap_idle next) */
@@ -242,4 +240,28 @@ void pageq_remove(pageq_t *q, page_t *pg) {
   if (pg->prev) pg->prev->next = pg->next; else q->first = pg->next;
   if (pg->next) pg->next->prev = pg->prev; else q->last = pg->prev;
   pg->next = pg->prev = NULL;
+}
+
+/* A link that hm_list_take's inline check did not pass (hot.h), t = next ^ b:
+ * the end of the list, or a next block looked at closely.  It must be a
+ * carved block start of b's class that looks free, and of b's page if l is
+ * that page's list.  A thread cache's link may be cut by the purger while
+ * the owner pops (tcache_take, which writes the end of the list before it
+ * gives the blocks away): read again, it then reads as the end. */
+static bool link_good(list_t *l, page_t *bp, uintptr_t next) {
+  if (!segment_known((void *)next)) return false;
+  page_t *np = page_of(segment_of((void *)next), (void *)next);
+  return np->cls == bp->cls && (l == &bp->list ? np == bp : class_cached(np->cls)) &&
+         hm_block_start(np, next - (uintptr_t)np->start) && block_looks_free(np, (void *)next);
+}
+HM_NOINLINE block_t *hm_list_take_checked(list_t *l, block_t *b, uintptr_t t) {
+  if (t == (uintptr_t)b) return hm_list_took(l, b, t);     /* the end of the list */
+  page_t *bp = page_of(segment_of(b), b);
+  if (!link_good(l, bp, t ^ (uintptr_t)b)) {
+    atomic_thread_fence(memory_order_acquire);
+    if ((*(volatile uintptr_t *)&b[1].word ^ l->key) != (uintptr_t)b)
+      hm_fatal("corrupted free list (a write to a freed block?)", b, bp);
+    t = (uintptr_t)b;
+  }
+  return hm_list_took(l, b, t);
 }

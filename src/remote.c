@@ -59,7 +59,7 @@ static bool push_one(page_t *pg, block_t *b, heap_t *owner) {
   block_mark_free(pg, b);
   do {
     if (unlikely(tf & TF_MASK)) { b[0].word = data; return false; }
-    b[1].word = enc(pg, TF_PTR(tf));
+    b[1].word = link_enc(pg->tf_key, b, TF_PTR(tf));
   } while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, TF_PUSH(tf, b),
                                                   memory_order_seq_cst, memory_order_relaxed));
   if (unlikely(heap_idle(owner))) heap_wake_idle(owner);
@@ -200,7 +200,7 @@ static void collect(heap_t *h, rbuf_t *o) {
       else if (pg->cls == CLASS_LARGE)
         hm_free_release(segment_of(b), pg, b, true);   /* (its sender set its freed flag) */
       else
-        hm_free_block(b, true);                 /* a cached class, a parked page, a double free... */
+        hm_free_block(b, true, 0);              /* a cached class, a parked page, a double free... */
     }
     if (h->rb_spares < RB_SPARES) {
       o->next = h->rb_spare;

@@ -114,7 +114,7 @@ static void sink_reset(heap_t *h) {
 static uint32_t release_chain(heap_t *h, block_t *b, void (*release)(page_t *, block_t *)) {
   uint32_t n = 0;
   for (; b; n++) {
-    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
+    block_t *next = (block_t *)link_dec(h->tc_key, b, b[1].word);
     b[1].word = 0;
     release(page_of(segment_of(b), b), b);
     b = next;
@@ -163,7 +163,7 @@ static void sink_drain(heap_t *h) {
   block_t *b = (block_t *)list_head(&h->tc_sink);
   sink_reset(h);
   while (b) {
-    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
+    block_t *next = (block_t *)link_dec(h->tc_key, b, b[1].word);
     page_t *pg = page_of(segment_of(b), b);
     size_t i = (size_t)pg->cls - TC_MIN;
     if (room(tcl_of(h, i))) push(h, i, pg, b);
@@ -187,9 +187,9 @@ void tcache_full(heap_t *h, page_t *pg) {
     tcl_t *t = tcl_of(h, i);
     uint32_t keep = cap_of(h, i) / 2;
     block_t *b = head(t);
-    for (uint32_t k = 1; k < keep && b; k++) b = (block_t *)(b[1].word ^ t->l.key);
-    block_t *rest = keep && b ? (block_t *)(b[1].word ^ t->l.key) : b;
-    if (keep && b) b[1].word = t->l.key;                /* the end of the list */
+    for (uint32_t k = 1; k < keep && b; k++) b = (block_t *)link_dec(t->l.key, b, b[1].word);
+    block_t *rest = keep && b ? (block_t *)link_dec(t->l.key, b, b[1].word) : b;
+    if (keep && b) b[1].word = link_enc(t->l.key, b, 0);   /* the end of the list */
     else set_head(t, NULL);
     set_room(t, room(t) + release_chain(h, rest, release_local));
   }
@@ -227,8 +227,13 @@ void tcache_init(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++) {
     reset(h, i);
     h->tc[i].l.key = h->tc_key;
+    /* blocks of many pages: the same region of segments, and the alignment
+     * of the class's blocks in pages that start at a slice */
+    size_t d = class_size(TC_MIN + i), align = d & -d;
+    h->tc[i].l.check = ~(SEG_REGION - 1) | ((align < SLICE_SIZE ? align : SLICE_SIZE) - 1);
   }
   h->tc_sink.key = h->tc_key;
+  h->tc_sink.check = ~(uintptr_t)0;
   sink_reset(h);
   atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
 }
@@ -240,8 +245,8 @@ static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
   block_t *b = head(tcl_of(h, i)), *r = NULL;
   reset(h, i);
   while (b) {                                        /* reversed, re-encoded */
-    block_t *next = (block_t *)(b[1].word ^ h->tc_key);
-    b[1].word = (uintptr_t)r ^ h->tc_key;
+    block_t *next = (block_t *)link_dec(h->tc_key, b, b[1].word);
+    b[1].word = link_enc(h->tc_key, b, (uintptr_t)r);
     r = b;
     b = next;
   }
@@ -311,13 +316,13 @@ static void cut_after_first(heap_t *h, size_t i) {
   do {
     r = count_load_acquire(&t->l.used);
     w = atomic_load_explicit(head_of(t), memory_order_acquire);
-    next = w ? first_link((const block_t *)w) ^ t->l.key : 0;
+    next = w ? link_dec(t->l.key, (const void *)w, first_link((const block_t *)w)) : 0;
   } while (atomic_load_explicit(head_of(t), memory_order_acquire) != w ||
            count_load_acquire(&t->l.used) != r);
   t->cut = (block_t *)w;
   t->cut_room = r;
   if (!next) return;
-  cut_link((block_t *)w, t->l.key);                 /* the end of the list */
+  cut_link((block_t *)w, link_enc(t->l.key, (const void *)w, 0));   /* the end of the list */
   uint32_t n = release_chain(h, (block_t *)next, page_free_remote);
   atomic_store_explicit(&t->taken, atomic_load_explicit(&t->taken, memory_order_relaxed) + n, memory_order_relaxed);
 }
@@ -376,7 +381,7 @@ void tcache_resume(heap_t *h) {
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
   if (!class_cached(c)) return false;
   uint32_t limit = cap_of(h, c - TC_MIN);
-  for (block_t *b = head(tcl_of(h, c - TC_MIN)); b && limit--; b = (block_t *)(b[1].word ^ h->tc_key))
+  for (block_t *b = head(tcl_of(h, c - TC_MIN)); b && limit--; b = (block_t *)link_dec(h->tc_key, b, b[1].word))
     if ((uintptr_t)b == p) return true;
   return false;
 }

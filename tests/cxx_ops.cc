@@ -15,6 +15,9 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
 #include "hakmem.h"
 
 static int failed = 0;
@@ -24,6 +27,29 @@ static int failed = 0;
     else { std::printf("not ok - cxx:%s: %s (line %d)\n", name, #cond, __LINE__); failed = 1; } \
     std::fflush(stdout);                                                        \
   } while (0)
+
+// A sized delete whose size is larger than the block is reported (the
+// child's stderr names it) and aborts.
+static bool delete_mismatch_reported(void (*bad)()) {
+  int err[2];
+  if (pipe(err)) return false;
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(err[1], 2);
+    bad();
+    _exit(0);
+  }
+  close(err[1]);
+  char msg[512] = {0};
+  size_t len = 0;
+  ssize_t k;
+  while (len < sizeof msg - 1 && (k = read(err[0], msg + len, sizeof msg - 1 - len)) > 0) len += (size_t)k;
+  close(err[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && std::strstr(msg, "size larger than the block");
+}
 
 static bool aligned(const void *p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
@@ -120,6 +146,11 @@ int main() {
   ::operator delete[](nullptr);
   ::operator delete(nullptr, std::align_val_t(64));
   CHECK("explicit_operator_forms", true);
+  CHECK("sized_delete_mismatch", delete_mismatch_reported([] { ::operator delete(::operator new(100), 4096); }));
+  CHECK("sized_array_delete_mismatch",
+        delete_mismatch_reported([] { ::operator delete[](::operator new[](5000), 300000); }));
+  CHECK("aligned_sized_delete_mismatch", delete_mismatch_reported([] {
+          ::operator delete(::operator new(64, std::align_val_t(256)), 70000, std::align_val_t(256)); }));
 
   std::map<std::string, std::vector<std::string>> m;
   for (int i = 0; i < 50000; i++) m[std::to_string(i % 5000)].push_back(std::string(i % 100 + 1, 'x'));

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -238,6 +239,34 @@ static inline void test_child_defaults(void) {
   int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGALRM};
   for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
   alarm(0);
+}
+
+/* Run fn in a forked child (default signal actions, 20 s alarm); return its
+ * wait status, with the first line of its stderr in msg. */
+static inline int run_in_child(void (*fn)(void), char *msg, size_t cap) {
+  int err[2];
+  if (pipe(err)) return -1;
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    test_child_defaults();
+    alarm(20);
+    dup2(err[1], 2);
+    close(err[0]);
+    fn();
+    _exit(0);
+  }
+  close(err[1]);
+  size_t len = 0;
+  ssize_t k;
+  while ((k = read(err[0], msg + len, cap - 1 - len)) > 0) len += (size_t)k;
+  msg[len] = 0;
+  close(err[0]);
+  char *nl = strchr(msg, '\n');
+  if (nl) *nl = 0;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return st;
 }
 
 static int test_selected(int argc, char **argv, int first, const char *name) {
