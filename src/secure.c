@@ -7,13 +7,13 @@
  *    (the upper half of the header slice), set and cleared atomically: a
  *    second free from any thread, a free of a block never handed out, and a
  *    realloc of a freed block are caught exactly, not by their look.
- *  - Free-list links are encoded with a secret per-page key (as always) and
- *    every link is checked when a block is handed out: it must lead to a block
- *    of the same page, so an overwritten link is reported, not followed.
+ *  - Free-list links are encoded as always (link_enc) and every link is
+ *    checked in full when a block is handed out: it must lead to a block of
+ *    the same page, so an overwritten link is reported, not followed.
  *  - Freed blocks wait in a per-thread quarantine before they can be reused,
- *    filled with a pattern (zeros at level 2); the pattern is checked when
- *    they leave it and again when they are handed out, so a write through a
- *    dangling pointer is reported.
+ *    their first 256 bytes filled with a pattern (the whole block with zeros
+ *    at level 2); the fill is checked when they leave it and again when they
+ *    are handed out, so a write through a dangling pointer is reported.
  *  - Every page and every large or huge block ends in a guard page
  *    (PROT_NONE), so a linear overflow faults instead of reaching the next
  *    page.  Each guard costs a mapping of its own: beyond vm.max_map_count
@@ -28,7 +28,7 @@ bool hm_secure;
 int hm_secure_level;
 
 #define FILL        0xdf                      /* a freed block's bytes (level 1) */
-#define CHECKED     256                       /* bytes of a block the pattern covers */
+#define CHECKED     256                       /* bytes of a block the pattern covers (level 1) */
 #define BITMAP_OFF  (SLICE_SIZE / 2)          /* the bitmaps: upper half of slice 0 */
 #define QUARANTINE_BLOCKS 1024
 #define QUARANTINE_BYTES  ((size_t)4 << 20)
@@ -63,18 +63,29 @@ void secure_page_init(page_t *pg) {
 
 /* ---- fill patterns ----------------------------------------------------------- */
 
-static size_t checked(const page_t *pg) { return pg->block_size < CHECKED ? pg->block_size : CHECKED; }
+/* Level 1 fills and checks a block's first CHECKED bytes; level 2 zeroes
+ * and checks all of it. */
+static size_t checked(const page_t *pg) {
+  return hm_secure_level >= 2 || pg->block_size < CHECKED ? pg->block_size : CHECKED;
+}
+
+static bool all_zero(const uint8_t *p, size_t n) {
+  for (; n && ((uintptr_t)p & 7); n--) if (*p++) return false;
+  for (; n >= 8; n -= 8, p += 8) if (*(const uint64_t *)p) return false;
+  for (; n; n--) if (*p++) return false;
+  return true;
+}
 
 static void fill(page_t *pg, uint8_t *b) {
-  if (hm_secure_level >= 2) memset(b, 0, pg->block_size);
-  else memset(b, FILL, checked(pg));
+  memset(b, hm_secure_level >= 2 ? 0 : FILL, checked(pg));
 }
 
 /* Report if bytes [from, checked) of freed block b no longer hold the fill. */
 static void check_fill(page_t *pg, const uint8_t *b, size_t from) {
-  static uint8_t pattern[CHECKED], zeros[CHECKED];
+  static uint8_t pattern[CHECKED];
   if (!pattern[0]) memset(pattern, FILL, sizeof pattern);     /* (idempotent: races are harmless) */
-  if (from < checked(pg) && memcmp(b + from, (hm_secure_level >= 2 ? zeros : pattern) + from, checked(pg) - from))
+  size_t n = checked(pg);
+  if (from < n && (hm_secure_level >= 2 ? !all_zero(b + from, n - from) : memcmp(b + from, pattern + from, n - from)))
     hm_fatal("use after free: a freed block was written to", b, pg);
 }
 
@@ -88,8 +99,7 @@ void secure_carve(page_t *pg, uint8_t *first, size_t n) {
     fill(pg, first + i * pg->block_size);
   }
   for (size_t i = n - 1; i > 0; i--) {
-    h->rand ^= h->rand << 13; h->rand ^= h->rand >> 7; h->rand ^= h->rand << 17;
-    size_t j = h->rand % (i + 1);
+    size_t j = heap_rand(h) % (i + 1);
     uint16_t t = order[i]; order[i] = order[j]; order[j] = t;
   }
   uintptr_t next = pg->free;

@@ -113,27 +113,58 @@ TEST(fresh_blocks_in_random_order) {
 }
 
 /* Level 2, in a child re-executed with HAKMEM_SECURE=2: a freed block reads
- * as zero (past its first word) while it waits in the quarantine. */
-__attribute__((constructor)) static void zero_probe(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "--zero-probe") != 0) return;
-  unsigned char *p = hakmem_malloc(1000);
-  memset(p, 0xab, 1000);
-  hakmem_free(p);
-  for (int i = 8; i < 1000; i++) if (p[i]) _exit(1);
-  _exit(0);
+ * as zero (past its first word) while it waits in the quarantine, and a
+ * write anywhere in it, here 300 bytes in, is reported when it leaves. */
+__attribute__((constructor)) static void level_2_probe(int argc, char **argv) {
+  if (argc < 2) return;
+  if (strcmp(argv[1], "--zero-probe") == 0) {
+    unsigned char *p = hakmem_malloc(1000);
+    memset(p, 0xab, 1000);
+    hakmem_free(p);
+    for (int i = 8; i < 1000; i++) if (p[i]) _exit(1);
+    _exit(0);
+  }
+  if (strcmp(argv[1], "--write-probe") == 0) {
+    unsigned char *p = hakmem_malloc(1024);
+    hakmem_free(p);
+    p[300] = 1;
+    push_out_of_quarantine();
+    _exit(0);
+  }
 }
-TEST(level_2_zeroes_freed_blocks) {
+static int run_level_2(const char *probe, char *msg, size_t cap) {
+  int err[2];
+  if (pipe(err)) return -1;
   fflush(stdout);
   pid_t pid = fork();
   if (pid == 0) {
-    char *argv[] = {"test_secure", "--zero-probe", NULL};
+    dup2(err[1], 2);
+    char *argv[] = {"test_secure", (char *)probe, NULL};
     char *env[] = {"HAKMEM_SECURE=2", NULL};
     execve("/proc/self/exe", argv, env);
     _exit(2);
   }
+  close(err[1]);
+  size_t len = 0;
+  ssize_t k;
+  while (len < cap - 1 && (k = read(err[0], msg + len, cap - 1 - len)) > 0) len += (size_t)k;
+  msg[len] = 0;
+  close(err[0]);
   int st = 0;
   waitpid(pid, &st, 0);
+  return st;
+}
+TEST(level_2_zeroes_freed_blocks) {
+  char msg[512];
+  int st = run_level_2("--zero-probe", msg, sizeof msg);
   CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a freed block was not zeroed (status %#x)", st);
+}
+TEST(level_2_checks_the_whole_block) {
+  char msg[512];
+  int st = run_level_2("--write-probe", msg, sizeof msg);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(msg, "use after free"),
+         "a write 300 bytes into a freed 1 KiB block: expected SIGABRT and \"use after free\", got status %#x and \"%.200s\"",
+         st, msg);
 }
 
 TEST_MAIN()
