@@ -22,7 +22,7 @@ SRCS    = $(wildcard src/*.c)
 HDRS    = $(wildcard src/*.h) include/hakmem.h
 OBJS    = $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test test-sanitize fuzz bench clean print-ext-cflags
+.PHONY: all test test-sanitize fuzz bench deps deps-sanitize clean print-ext-cflags
 all: $(BUILD)/libhakmem.so $(BUILD)/libhakmem.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
@@ -152,6 +152,13 @@ $(BUILD)/fuzz_api: tests/fuzz_api.c $(OBJS)
 # ---- benchmarks ----------------------------------------------------------
 bench: all
 	@bench/run.sh
+
+# ---- packages: what make test (deps) and make test-sanitize and fuzz
+# (deps-sanitize) need, with the names of this Debian or Ubuntu release --------
+deps:
+	@tools/deps.sh test
+deps-sanitize:
+	@tools/deps.sh sanitize
 
 clean:
 	rm -rf build

@@ -35,28 +35,15 @@ failed() { printf '\nFAILED: %s under %s:\n' "$1" "$2" >&2; tail -5 "$TMP/last.e
 # Progress: one line rewritten in place on a terminal, a line each in a log.
 progress() { if [ -t 2 ]; then printf '\r%s ' "$*" >&2; else echo "$*" >&2; fi; }
 
-# ---- what the mode needs, installed from Debian's packages when missing ----
-packages=(time python3 sqlite3 libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 redis-server redis-tools
-  lua5.4 z3 perl gcc)
-[ "${SUITE:-}" != mimalloc-bench ] || packages+=(ruby)
+# ---- what the mode needs, installed when missing (tools/deps.sh: the names
+# of this Debian or Ubuntu release; it keeps redis's service from starting) ----
+targets=(bench)
+[ "${SUITE:-}" != mimalloc-bench ] || targets+=(field)
 case $MODE in
-  callgrind) packages+=(valgrind) ;;
-  syscalls) packages+=(strace) ;;
+  callgrind) targets+=(callgrind) ;;
+  syscalls) targets+=(syscalls) ;;
 esac
-need=()
-for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
-if [ ${#need[@]} -gt 0 ]; then
-  echo "installing ${need[*]} ..." >&2
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}"; } >/dev/null 2>&1 ||
-    note "could not install all of ${need[*]}; what is missing is skipped"
-  # The package starts and enables a system redis on port 6379; the benchmark
-  # starts its own server on a private port, so the service is stopped and disabled.
-  if [[ " ${need[*]} " == *" redis-server "* ]]; then
-    { $SUDO systemctl stop redis-server; $SUDO systemctl disable redis-server                # systemd
-      $SUDO service redis-server stop; $SUDO update-rc.d redis-server disable; } >/dev/null 2>&1 || true   # sysvinit
-  fi
-fi
+tools/deps.sh "${targets[@]}" >/dev/null 2>&1 || note "could not install all of what ${targets[*]} needs; what is missing is skipped"
 
 # glibc's malloc is chosen by preloading libc itself: a program linked with
 # another allocator (Debian's redis-server uses jemalloc) then gets glibc's.
@@ -68,9 +55,12 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 git diff --quiet HEAD -- src include 2>/dev/null || commit+="+dirty"
 declare -A LIB=([hakmem]="$PWD/build/libhakmem.so" [glibc]="$(readlink -f "$(cc -print-file-name=libc.so.6)")")
 declare -A VER=([hakmem]=$commit [glibc]=$(pkgver libc6))
-for spec in mimalloc:libmimalloc2.0:libmimalloc jemalloc:libjemalloc2:libjemalloc tcmalloc:libtcmalloc-minimal4:libtcmalloc_minimal; do
-  IFS=: read -r name pkg file <<<"$spec"
-  path=$(libpath "$pkg" "$file") && [ -n "$path" ] && LIB[$name]=$path && VER[$name]=$(pkgver "$pkg")
+for spec in mimalloc:libmimalloc2.0,libmimalloc3:libmimalloc jemalloc:libjemalloc2:libjemalloc \
+            tcmalloc:libtcmalloc-minimal4t64,libtcmalloc-minimal4:libtcmalloc_minimal; do
+  IFS=: read -r name pkgs file <<<"$spec"
+  for pkg in ${pkgs//,/ }; do
+    path=$(libpath "$pkg" "$file") && [ -n "$path" ] && { LIB[$name]=$path; VER[$name]=$(pkgver "$pkg"); break; }
+  done
 done
 
 # The version of a library given by path (ALLOCS="NAME=PATH"): a VERSION file

@@ -19,6 +19,9 @@ BUILD=${BUILD:-build}
 TIMEOUT=${TEST_TIMEOUT:-300}
 pass=0 fail=0 skip=0
 export BUILD SANITIZED=${SANITIZED:-0}
+# test_threads keeps 10,000 threads alive at once: as many processes as the
+# hard limit allows (a login shell's soft limit is often lower).
+ulimit -u "$(ulimit -Hu)" 2>/dev/null || true
 
 signame() { kill -l "$1" 2>/dev/null | sed 's/^/SIG/' || echo "?"; }
 
