@@ -31,6 +31,9 @@ grep -q '^hakmem: statistics' "$tmp/err" && [ $rc -eq 0 ] && ls / | cmp -s - "$t
 result run_stats_report $? "exit $rc, stderr: $(head -c 200 "$tmp/err")"
 $H run --lib "$LIB" -- ls / 2>"$tmp/err" >/dev/null
 [ ! -s "$tmp/err" ]; result run_quiet_without_stats $? "stderr: $(head -c 200 "$tmp/err")"
+# A program that never allocates (true) gets its report too.
+$H run --lib "$LIB" --stats -- true 2>"$tmp/err"
+grep -q '^hakmem: statistics' "$tmp/err"; result run_stats_without_allocating $? "stderr: $(head -c 200 "$tmp/err")"
 out=$(LD_PRELOAD=/nonexistent-lib.so $H run --lib "$LIB" -- printenv LD_PRELOAD 2>/dev/null)
 [ "$out" = "$LIB:/nonexistent-lib.so" ]; result run_keeps_ld_preload $? "LD_PRELOAD was '$out'"
 out=$($H run --lib "$LIB" --secure -- printenv HAKMEM_SECURE)
