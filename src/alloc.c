@@ -279,7 +279,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
    * grow by less than half gets 50 % headroom: a buffer grown in small steps
    * is copied O(log n) times, not at every size class (four per doubling),
    * and realloc does not touch the headroom.  (realloc-256k: 1.35x faster,
-   * peak RSS 35.2 -> 31.2 MiB; docs/performance.md.) */
+   * peak RSS 35.2 -> 31.2 MiB; docs/performance-log.md.) */
   void *q = NULL;
   if (n > usable && n > TABLE_MAX && n - usable < usable / 2 && usable / 2 <= ALLOC_MAX - usable) {
     size_t room = usable + usable / 2;

@@ -239,7 +239,7 @@ void heap_page_retire(heap_t *h, page_t *pg) {
  * empties pages in passing and carves new ones at once: with a small
  * HAKMEM_THREAD_CACHE_KB, 30000 times in a 0.05 s run of `mt_remote 2
  * 2000000 400 16384 65536 50`, each new page on whatever slices the segments
- * had free while the old one's waited for the purge (docs/performance.md).
+ * had free while the old one's waited for the purge (docs/performance-log.md).
  * So a class that refills (carves a page, or takes a spare, after one of its
  * pages emptied) SPARE_AFTER times in a purge delay keeps its emptied pages
  * of up to KEEP_SLICES: CLASS_SPARES of them, one of one-slice pages (which

@@ -4,7 +4,7 @@
  * up to 3.5 KiB the class's current page, from 4 KiB the heap's thread cache
  * of the class (tcache.c), laid out as a page's pop line so that both pop
  * alike: no branch on the kind of class (a random mix of small and big sizes
- * mispredicted it, docs/performance.md).
+ * mispredicted it, docs/performance-log.md).
  *
  * malloc(n):               list = heap->direct[n / 16] (up to 32 KiB; by
  *                          512 bytes above), pop list->free.

@@ -604,7 +604,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
    * classes and buffers that realloc moves to grow, to the heap's newest
    * segment with room, as the heap's last runs went: a growing buffer then
    * finds free slices after it more often (realloc-64 ran 30 % slower with
-   * best fit for its moves; docs/performance.md). */
+   * best fit for its moves; docs/performance-log.md). */
   int k = 1;
   segment_t *fit = fit_find(h, k, n);
   if (!fit) fit = fit_find(h, k = 0, n);
