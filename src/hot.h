@@ -80,7 +80,7 @@ HM_INLINE void *hm_page_pop(page_t *pg) { return hm_list_pop(&pg->list); }
  * done.) */
 HM_INLINE bool hm_list_push(list_t *o, page_t *pg, block_t *b) {
   block_mark_free(pg, b);                    /* a second free is caught */
-  b[1].word = (list_head(o) ^ o->key) ^ (uintptr_t)b;      /* link_enc */
+  b[1].word = link_enc(o->key, b, list_head(o));
   list_set_head(o, (uintptr_t)b);
   return count_dec_to_zero(&o->used);
 }

@@ -201,7 +201,7 @@ typedef struct page_s {
     struct {
       uintptr_t free;            /* the first block of the free list */
       uintptr_t link_key;        /* the links' key, independent of the mark */
-      uintptr_t link_check;      /* list_t.check: one slice and the blocks' alignment */
+      uintptr_t link_check;      /* list_t.check: its run and the blocks' alignment */
       uint32_t used;             /* blocks handed out (including remote-freed, uncollected,
                                     and those in the owner's thread cache); written by the
                                     owner, read by the purger (page_used) */
@@ -294,12 +294,17 @@ static inline void page_set_area(page_t *pg, size_t a) {
 static inline uintptr_t link_enc(uintptr_t key, const void *at, uintptr_t next) { return next ^ key ^ (uintptr_t)at; }
 static inline uintptr_t link_dec(uintptr_t key, const void *at, uintptr_t word) { return word ^ key ^ (uintptr_t)at; }
 
+/* The check bits of a list (list_t.check) whose blocks all lie in one
+ * aligned region of region bytes, at offsets from a common start that are
+ * multiples of align (a power of two): a next block outside the region, or
+ * off that grid, shows as a set bit of next ^ block. */
+static inline uintptr_t list_check_bits(uintptr_t region, uintptr_t align) { return ~(region - 1) | (align - 1); }
+
 /* pg's mark and link key, two independent values drawn from its heap's
- * generator (page_init), and the links' check: a page of one slice has every
- * block in that slice and, its start aligned, at a multiple of the largest
- * power of two dividing the block size, so a next block elsewhere shows as a
- * bit of next ^ block outside the slice or below that alignment; for a longer
- * page (blocks above 8 KiB) the bits outside its segment. */
+ * generator (page_init), and the links' check: every block of pg lies in its
+ * run (one slice, or one segment for a longer page: blocks above 8 KiB) at a
+ * multiple of the block size from its start, so at a multiple of the largest
+ * power of two dividing the block size. */
 static inline uint64_t key_mix(uint64_t x) {
   x ^= x >> 31; x *= 0x7fb5d329728ea185ull;
   x ^= x >> 27; x *= 0x81dadef4bc2dd44dull;
@@ -308,9 +313,7 @@ static inline uint64_t key_mix(uint64_t x) {
 static inline void page_set_key(page_t *pg, uint64_t mark, uint64_t link) {
   pg->key = key_mix(mark) | (1ull << 63);
   pg->link_key = pg->tf_key = key_mix(link);
-  uintptr_t align = pg->block_size & -pg->block_size, off = (uintptr_t)pg->start & (SLICE_SIZE - 1);
-  if (off && (off & -off) < align) align = off & -off;
-  pg->link_check = ~(uintptr_t)(pg->slices == 1 ? SLICE_SIZE - 1 : SEG_MASK) | (align - 1);
+  pg->link_check = list_check_bits(pg->slices == 1 ? SLICE_SIZE : SEG_SIZE, pg->block_size & -pg->block_size);
 }
 
 /* Is p, at offset off from pg's start, a carved block's start (page_set_area)? */

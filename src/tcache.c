@@ -227,10 +227,10 @@ void tcache_init(heap_t *h) {
   for (size_t i = 0; i < TC_CLASSES; i++) {
     reset(h, i);
     h->tc[i].l.key = h->tc_key;
-    /* blocks of many pages: the same region of segments, and the alignment
-     * of the class's blocks in pages that start at a slice */
+    /* blocks of many pages, which start at a slice: the region of
+     * segments, and the alignment those starts leave the class's blocks */
     size_t d = class_size(TC_MIN + i), align = d & -d;
-    h->tc[i].l.check = ~(SEG_REGION - 1) | ((align < SLICE_SIZE ? align : SLICE_SIZE) - 1);
+    h->tc[i].l.check = list_check_bits(SEG_REGION, align < SLICE_SIZE ? align : SLICE_SIZE);
   }
   h->tc_sink.key = h->tc_key;
   h->tc_sink.check = ~(uintptr_t)0;
