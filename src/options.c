@@ -70,16 +70,24 @@ static void warn_unknown(void) {
   }
 }
 
+/* s as a value of option o: a whole number within its bounds. */
+static bool parse(const struct option_def *o, const char *s, long *v) {
+  char *end;
+  errno = 0;
+  *v = strtol(s, &end, 10);
+  return end != s && *end == '\0' && !errno && *v >= o->min && *v <= o->max;
+}
+
+static bool options_read;
+
 void options_init(void) {
   for (size_t i = 0; i < OPTIONS; i++) {
     const struct option_def *o = &table[i];
     *o->value = o->def;
     const char *s = getenv(o->name);
+    long v;
     if (!s) continue;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno || v < o->min || v > o->max) {
+    if (!parse(o, s, &v)) {
       long use = o->strict ? o->max : o->def;
       hm_warn("hakmem: warning: %s=\"%s\" is not a number in [%ld, %ld]; using %s %ld\n",
               o->name, s, o->min, o->max, o->strict ? "the strictest," : "the default", use);
@@ -88,10 +96,24 @@ void options_init(void) {
     }
     *o->value = v;
   }
+  options_read = true;
   warn_unknown();
   if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   hm_secure_level = (int)hm_options.secure;
   hm_secure = hm_secure_level > 0;
   hm_slow_mode = hm_options.stats || hm_secure;
   hm_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
+}
+
+/* HAKMEM_STATS, for the report at exit: a program that never allocates never
+ * read the options, so the variable is parsed here (silently: the warning
+ * belongs to options_init). */
+bool options_stats(void) {
+  if (options_read) return hm_options.stats;
+  for (size_t i = 0; i < OPTIONS; i++) {
+    const char *s;
+    long v;
+    if (table[i].value == &hm_options.stats && (s = getenv(table[i].name))) return parse(&table[i], s, &v) && v;
+  }
+  return false;
 }

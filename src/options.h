@@ -22,4 +22,5 @@ extern options_t hm_options;
 extern bool hm_slow_mode;
 extern uint8_t hm_page_flags;
 void options_init(void);
+bool options_stats(void);      /* HAKMEM_STATS, read or not (the report at exit) */
 #endif

@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -137,11 +136,8 @@ void stats_print(int fd) {
  * a private duplicate taken when the options were read. */
 int hm_stats_fd = -1;
 
-/* (A program that never allocates never read the options: the variable is
- * looked at here, so that it gets its report too.) */
 __attribute__((destructor)) static void stats_at_exit(void) {
-  const char *s = getenv("HAKMEM_STATS");
-  if (hm_options.stats || (s && strcmp(s, "1") == 0)) stats_print(hm_stats_fd >= 0 ? hm_stats_fd : 2);
+  if (options_stats()) stats_print(hm_stats_fd >= 0 ? hm_stats_fd : 2);
 }
 
 /* ---- the API ------------------------------------------------------------------ */
