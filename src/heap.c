@@ -717,8 +717,6 @@ heap_t *heap_get(void) {
   return h;
 }
 
-/* Free every page of h that is empty, and abandon the segments that still
- * hold live blocks so that live threads can reclaim them. */
 /* A heap whose thread left, its pages collected: empty segments leave it,
  * and without the purger what is due is purged now, and retired segments
  * unmapped (no thread may call for them). */
@@ -731,6 +729,8 @@ static void heap_give_back(heap_t *h) {
   if (!purge_running()) segment_retired_unmap();
 }
 
+/* Free every page of h that is empty, and abandon the segments that still
+ * hold live blocks so that live threads can reclaim them. */
 static void heap_done(heap_t *h) {
   tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
@@ -783,9 +783,10 @@ static void heap_release(heap_t *h) {
 /* An exiting thread's heap waits, whole, for the next thread that needs one
  * (heap_get): its segments and pages stay its own, other threads' frees of
  * its blocks reach it as before (its inbox stays open), and the purger trims
- * it as a quiet heap from its first look, a purge delay after the parking.  A thread that starts and ends in a moment (a pool's
- * job, a round of workers) then costs no abandoning and reclaiming of
- * segments, and its successor no refault of purged memory.  The caches go
+ * it as a quiet heap from its first look, a purge delay after the parking.
+ * A thread that starts and ends in a moment (a pool's job, a round of
+ * workers) then costs no abandoning and reclaiming of segments, and its
+ * successor no refault of purged memory.  The caches go
  * back to their pages first, and empty pages to their segments.  At most
  * PARK_MAX wait, each at most PARK_MS (the purger releases it then):
  * beyond, the one parked longest is released. */
