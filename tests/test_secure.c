@@ -132,27 +132,18 @@ __attribute__((constructor)) static void level_2_probe(int argc, char **argv) {
     _exit(0);
   }
 }
+/* A child re-executed with HAKMEM_SECURE=2 running probe (run_in_child: its
+ * wait status and the first line of its stderr). */
+static const char *level_2_probe_name;
+static void exec_level_2(void) {
+  char *argv[] = {"test_secure", (char *)level_2_probe_name, NULL};
+  char *env[] = {"HAKMEM_SECURE=2", NULL};
+  execve("/proc/self/exe", argv, env);
+  _exit(2);
+}
 static int run_level_2(const char *probe, char *msg, size_t cap) {
-  int err[2];
-  if (pipe(err)) return -1;
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    char *argv[] = {"test_secure", (char *)probe, NULL};
-    char *env[] = {"HAKMEM_SECURE=2", NULL};
-    execve("/proc/self/exe", argv, env);
-    _exit(2);
-  }
-  close(err[1]);
-  size_t len = 0;
-  ssize_t k;
-  while (len < cap - 1 && (k = read(err[0], msg + len, cap - 1 - len)) > 0) len += (size_t)k;
-  msg[len] = 0;
-  close(err[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return st;
+  level_2_probe_name = probe;
+  return run_in_child(exec_level_2, msg, cap);
 }
 TEST(level_2_zeroes_freed_blocks) {
   char msg[512];
