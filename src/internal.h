@@ -714,7 +714,8 @@ void  secure_page_init(page_t *pg);
 void  secure_carve(page_t *pg, uint8_t *first, size_t n);
 void *secure_pop(page_t *pg);
 void *secure_free(page_t *pg, void *p);            /* the block to release now, or NULL */
-void  secure_flush(heap_t *h);
+void  secure_flush(heap_t *h);                     /* by h's owner */
+void  secure_flush_held(heap_t *h);                /* by another thread, holding h's lock */
 bool  secure_is_free(page_t *pg, const void *p);
 size_t secure_guard(void);                         /* OS_PAGE in secure mode, else 0 */
 void  secure_guard_set(void *p, size_t size);

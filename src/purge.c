@@ -318,7 +318,7 @@ void purge_idle_heaps(heap_t *except) {
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
     if (h == except || !heap_trylock(h)) continue;
     if (h->live) {
-      if (hm_secure) secure_flush(h);          /* (its blocks go back as remote frees) */
+      if (hm_secure) secure_flush_held(h);     /* (its blocks go back as remote frees) */
       heap_trim_idle(h);
       segment_purge_due(h, PURGE_FORCE, NULL);
     }

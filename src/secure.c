@@ -82,8 +82,7 @@ static void fill(page_t *pg, uint8_t *b) {
 
 /* Report if bytes [from, checked) of freed block b no longer hold the fill. */
 static void check_fill(page_t *pg, const uint8_t *b, size_t from) {
-  static uint8_t pattern[CHECKED];
-  if (!pattern[0]) memset(pattern, FILL, sizeof pattern);     /* (idempotent: races are harmless) */
+  static const uint8_t pattern[CHECKED] = {[0 ... CHECKED - 1] = FILL};
   size_t n = checked(pg);
   if (from < n && (hm_secure_level >= 2 ? !all_zero(b + from, n - from) : memcmp(b + from, pattern + from, n - from)))
     hm_fatal("use after free: a freed block was written to", b, pg);
@@ -135,6 +134,17 @@ typedef struct quarantine_s {
   void *slot[QUARANTINE_BLOCKS];
 } quarantine_t;
 
+/* The oldest block of h's quarantine, taken out, or NULL; h's lock held. */
+static void *quarantine_take(heap_t *h) {
+  quarantine_t *q = h->quarantine;
+  if (!q || !q->count) return NULL;
+  void *p = q->slot[q->head];
+  q->head = (q->head + 1) % QUARANTINE_BLOCKS;
+  q->count--;
+  q->bytes -= page_of(segment_of(p), p)->block_size;
+  return p;
+}
+
 /* free(p) in secure mode, before the block is released: clear its bit (a
  * block whose bit is clear was not allocated), fill it, and queue it.  Returns
  * the block to release now (the oldest one leaving the quarantine), or NULL. */
@@ -154,35 +164,38 @@ void *secure_free(page_t *pg, void *p) {
     heap_leave(h);
     return p;
   }
-  void *out = NULL;
-  if (q->count == QUARANTINE_BLOCKS || q->bytes > QUARANTINE_BYTES) {   /* the oldest leaves */
-    out = q->slot[q->head];
-    q->head = (q->head + 1) % QUARANTINE_BLOCKS;
-    q->count--;
-    page_t *opg = page_of(segment_of(out), out);
-    q->bytes -= opg->block_size;
-    check_fill(opg, out, 0);
-  }
+  void *out = q->count == QUARANTINE_BLOCKS || q->bytes > QUARANTINE_BYTES ? quarantine_take(h) : NULL;
   q->slot[(q->head + q->count) % QUARANTINE_BLOCKS] = p;
   q->count++;
   q->bytes += pg->block_size;
   heap_leave(h);
+  if (out) check_fill(page_of(segment_of(out), out), out, 0);
   return out;
 }
 
+/* A block leaving the quarantine: checked, then released. */
+static void release(void *p) {
+  page_t *pg = page_of(segment_of(p), p);
+  check_fill(pg, p, 0);
+  hm_free_release(segment_of(p), pg, p, false);
+}
+
 /* Release every block of h's quarantine: its owner (thread exit,
- * malloc_trim), or another thread's malloc_trim with h locked. */
+ * malloc_trim), taking h's lock for each block it takes out, since another
+ * thread's malloc_trim may be emptying the same quarantine. */
 void secure_flush(heap_t *h) {
-  quarantine_t *q = h->quarantine;
-  while (q && q->count) {
-    void *p = q->slot[q->head];
-    q->head = (q->head + 1) % QUARANTINE_BLOCKS;
-    q->count--;
-    page_t *pg = page_of(segment_of(p), p);
-    q->bytes -= pg->block_size;
-    check_fill(pg, p, 0);
-    hm_free_release(segment_of(p), pg, p, false);
+  for (;;) {
+    heap_enter(h);
+    void *p = quarantine_take(h);
+    heap_leave(h);
+    if (!p) return;
+    release(p);
   }
+}
+
+/* The same for another thread's malloc_trim, which holds h's lock. */
+void secure_flush_held(heap_t *h) {
+  for (void *p; (p = quarantine_take(h));) release(p);
 }
 
 /* ---- guard pages ------------------------------------------------------------------ */

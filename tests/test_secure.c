@@ -3,12 +3,13 @@
  * mode promises: an overwritten free-list link, a write to a freed block
  * (while it waits in the quarantine and after it left), an overflow into a
  * guard page, and a double free however long after the first free.  Blocks
- * of a fresh page come in random order, and HAKMEM_SECURE=2 zeroes freed
- * blocks. */
+ * of a fresh page come in random order, HAKMEM_SECURE=2 zeroes freed blocks,
+ * and each quarantined block leaves once when threads trim concurrently. */
 #include "test.h"
 #include "hakmem.h"
 #include "bad_free.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -97,6 +98,58 @@ TEST(overflow_into_guard_page_faults) {
   CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a write past a large block: status %#x", st);
   st = run_in_child(overflow_page, msg, sizeof msg);
   CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "a write past a page's last block: status %#x", st);
+}
+
+/* ---- the quarantine under concurrent trims ------------------------------------ */
+
+/* Threads allocate, check and free blocks of many sizes while each calls
+ * malloc_trim, which empties its own quarantine and those of the others,
+ * and short-lived threads exit (emptying theirs) meanwhile.  Every quarantined
+ * block must leave exactly once: a block released twice is handed out twice,
+ * and its second owner's writes are reported as writes to a freed block.  (A
+ * plain run meets the race in a few runs of ten; ThreadSanitizer in each.) */
+enum { TRIM_SLOTS = 256, TRIM_OPS = 20000, TRIM_THREADS = 6 };
+static void *trim_worker(void *arg) {
+  uint64_t r = (uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
+  unsigned char *slot[TRIM_SLOTS] = {0};
+  size_t len[TRIM_SLOTS];
+  int ops = arg ? TRIM_OPS : TRIM_OPS / 20;
+  for (int i = 0; i < ops; i++) {
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    size_t k = r % TRIM_SLOTS;
+    if (slot[k]) {
+      if (slot[k][0] != (unsigned char)k || slot[k][len[k] - 1] != (unsigned char)k) {
+        fprintf(stderr, "block %p of %zu bytes was changed while in use\n", (void *)slot[k], len[k]);
+        abort();
+      }
+      hakmem_free(slot[k]);
+      slot[k] = NULL;
+    } else {
+      len[k] = 16 + (r >> 20) % 40000;
+      slot[k] = hakmem_malloc(len[k]);
+      if (slot[k]) memset(slot[k], (int)k, len[k]);
+    }
+    if (i % 97 == 0) hakmem_malloc_trim(0);
+  }
+  for (size_t k = 0; k < TRIM_SLOTS; k++) hakmem_free(slot[k]);
+  return NULL;
+}
+static void trims_and_exits(void) {
+  for (int round = 0; round < 3; round++) {
+    pthread_t t[TRIM_THREADS];
+    for (uintptr_t i = 0; i < TRIM_THREADS; i++)
+      if (pthread_create(&t[i], NULL, trim_worker, (void *)(i + 1))) _exit(3);
+    for (int i = 0; i < 100; i++) {                     /* threads that exit while the others trim */
+      pthread_t e;
+      if (pthread_create(&e, NULL, trim_worker, NULL) || pthread_join(e, NULL)) _exit(3);
+    }
+    for (int i = 0; i < TRIM_THREADS; i++) pthread_join(t[i], NULL);
+  }
+}
+TEST(quarantine_under_concurrent_trims) {
+  char msg[2048];
+  int st = run_in_child(trims_and_exits, msg, sizeof msg);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && !msg[0], "status %#x, \"%.200s\"", st, msg);
 }
 
 /* ---- randomised order and zero-on-free --------------------------------------------- */
