@@ -32,6 +32,24 @@ void   hakmem_free_aligned_sized(void *p, size_t alignment, size_t size);
 /* Return free memory to the OS now; 1 if anything was released. */
 int    hakmem_malloc_trim(size_t pad);
 
+/* ---- run-time control -------------------------------------------------------
+ * hakmem_collect(0): this thread's heap gives back now what it holds free
+ * (its caches, its empty pages, the blocks other threads freed to it), its
+ * free memory purged whatever the delay; no other thread is disturbed.
+ * hakmem_collect(1): every heap, as malloc_trim(0).
+ *
+ * The options of the HAKMEM_* variables (README: Options), by the variable's
+ * name or the rest after HAKMEM_, in any case ("purge_delay_ms"):
+ * hakmem_option_get stores the value in *value; hakmem_option_set takes
+ * effect from the next decision that reads it (the next purge's delay, the
+ * next segment cached; "background" starts or stops the purger at once).
+ * Both return 0, or EINVAL for an unknown name or a value out of the
+ * option's range; set returns EPERM for an option fixed at start-up
+ * (secure, stats, thread_cache_kb) unless the value is the current one. */
+void   hakmem_collect(int force);
+int    hakmem_option_get(const char *name, long *value);
+int    hakmem_option_set(const char *name, long value);
+
 /* ---- statistics -------------------------------------------------------------
  * A snapshot of the whole process (every thread's memory), taken by walking
  * hakmem's segments: cheap enough to call now and then, not per allocation.

@@ -697,6 +697,8 @@ static heap_t *heap_made(void) {
   return h;
 }
 
+void heap_process_ready(void) { pthread_once(&process_once, process_init); }
+
 heap_t *heap_get(void) {
   heap_t *h = hm_tls_heap;
   if (h != &hm_heap_empty) return h;

@@ -22,6 +22,9 @@
 #include <pthread.h>
 
 #define HM_EXPORT     __attribute__((visibility("default")))
+/* hakmem_name, the exported name of hm_name (defined in the same file) */
+#define HM_EXPORT_HAKMEM(name) \
+  __typeof__(hm_##name) hakmem_##name __attribute__((alias("hm_" #name), visibility("default")));
 #define HM_INLINE     static inline __attribute__((always_inline))
 #define HM_NOINLINE   __attribute__((noinline))
 #define HM_COLD       __attribute__((cold, noinline))
@@ -635,6 +638,7 @@ static inline uintptr_t delayed_next(uintptr_t b, page_t **pg) {
 
 /* heap.c */
 heap_t *heap_get(void);                            /* this thread's heap, made on demand */
+void    heap_process_ready(void);                  /* the process's set-up done (options read) */
 void    heap_enter(heap_t *h);                     /* the owner's slow paths hold h's lock */
 void    heap_leave(heap_t *h);
 bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
@@ -705,6 +709,7 @@ static inline void purge_start_if_wanted(void) {
   if (unlikely(atomic_load_explicit(&hm_purge_wanted, memory_order_relaxed))) purge_start();
 }
 void purge_idle_heaps(heap_t *except);             /* malloc_trim: trim every idle heap now */
+void purge_background_changed(void);               /* hakmem_option_set of HAKMEM_BACKGROUND */
 void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(bool locked);
 
 /* secure.c: the hardened mode (HAKMEM_SECURE); all of it on slow paths */
@@ -740,6 +745,9 @@ size_t hm_malloc_usable_size(const void *p);
 void   hm_free_sized(void *p, size_t size);
 void   hm_free_aligned_sized(void *p, size_t align, size_t size);
 int    hm_malloc_trim(size_t pad);
+void   hm_collect(int force);
+int    hm_option_get(const char *name, long *value);   /* (options.c) */
+int    hm_option_set(const char *name, long value);
 
 /* errors (report.c) */
 __attribute__((noreturn, cold)) void hm_fatal(const char *what, const void *p, const page_t *pg);

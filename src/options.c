@@ -1,5 +1,8 @@
-/* options.c — the one home of hakmem's settings.  Each option is read once,
- * at start-up, from its HAKMEM_* environment variable.  A malformed or
+/* options.c — the one home of hakmem's settings.  Each option is read at
+ * start-up from its HAKMEM_* environment variable; the program may read and
+ * change it later by name (hakmem_option_get/set), but for those the
+ * process is built around (HAKMEM_SECURE, HAKMEM_STATS and the thread
+ * caches' bound), which are fixed once it starts.  A malformed or
  * out-of-range value is reported once and the default is used, but for
  * HAKMEM_SECURE, where it means the strictest level: a request for hardening
  * never turns into none.  A HAKMEM_* variable that names no option (a
@@ -11,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,18 +24,19 @@ uint8_t hm_page_flags;
 
 static const struct option_def {
   const char *name;
-  long *value;
+  _Atomic long *value;
   long def, min, max;
   bool strict;                    /* a malformed value means max, not def */
+  bool fixed;                     /* set at start-up only */
 } table[] = {
-  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false },
-  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false },
-  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false },
-  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false },
-  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false },
-  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false },
-  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true },
-  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false },
+  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, false },
+  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, false },
+  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, false },
+  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false, false },
+  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, true },
+  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, false },
+  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, true },
+  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, true },
 };
 
 #define OPTIONS (sizeof table / sizeof table[0])
@@ -117,3 +122,36 @@ bool options_stats(void) {
   }
   return false;
 }
+
+/* ---- run-time control ------------------------------------------------------ */
+
+/* The option called name: its variable's name or the rest after HAKMEM_, in
+ * any case ("purge_delay_ms"). */
+static const struct option_def *find(const char *name) {
+  for (size_t i = 0; name && i < OPTIONS; i++)
+    if (!strcasecmp(name, table[i].name) || !strcasecmp(name, table[i].name + 7)) return &table[i];
+  return NULL;
+}
+
+int hm_option_get(const char *name, long *value) {
+  const struct option_def *o = find(name);
+  if (!o || !value) return EINVAL;
+  heap_process_ready();
+  *value = atomic_load_explicit(o->value, memory_order_relaxed);
+  return 0;
+}
+
+/* A new value takes effect from the next decision that reads it (the next
+ * purge's delay, the next segment cached); the purger goes or comes with
+ * HAKMEM_BACKGROUND at once. */
+int hm_option_set(const char *name, long value) {
+  const struct option_def *o = find(name);
+  if (!o || value < o->min || value > o->max) return EINVAL;
+  heap_process_ready();
+  if (o->fixed) return value == atomic_load_explicit(o->value, memory_order_relaxed) ? 0 : EPERM;
+  atomic_store_explicit(o->value, value, memory_order_relaxed);
+  if (o->value == &hm_options.background) purge_background_changed();
+  return 0;
+}
+
+HM_EXPORT_HAKMEM(option_get) HM_EXPORT_HAKMEM(option_set)

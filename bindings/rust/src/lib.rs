@@ -17,11 +17,12 @@
 #![no_std]
 
 use core::alloc::{GlobalAlloc, Layout};
+use core::ffi::{c_char, c_int, c_long};
 use core::ptr;
 
 /// The C API of `include/hakmem.h` that the allocator uses.
 pub mod ffi {
-    use core::ffi::c_void;
+    use core::ffi::{c_char, c_int, c_long, c_void};
 
     /// `hakmem_stats_t`: see [`crate::stats`].
     #[repr(C)]
@@ -74,6 +75,9 @@ pub mod ffi {
         pub fn hakmem_free(p: *mut c_void);
         pub fn hakmem_malloc_usable_size(p: *const c_void) -> usize;
         pub fn hakmem_stats_get(out: *mut Stats);
+        pub fn hakmem_collect(force: c_int);
+        pub fn hakmem_option_get(name: *const c_char, value: *mut c_long) -> c_int;
+        pub fn hakmem_option_set(name: *const c_char, value: c_long) -> c_int;
     }
 }
 
@@ -150,4 +154,60 @@ pub fn stats() -> ffi::Stats {
     // SAFETY: hakmem_stats_get fills exactly one hakmem_stats_t.
     unsafe { ffi::hakmem_stats_get(&mut s) };
     s
+}
+
+/// Gives back now the free memory this thread's heap holds (its caches, its
+/// empty pages, blocks other threads freed to it), whatever the purge delay;
+/// with `force`, every thread's, as `malloc_trim(0)`.
+pub fn collect(force: bool) {
+    // SAFETY: no arguments beyond a flag; callable from any thread.
+    unsafe { ffi::hakmem_collect(force as c_int) };
+}
+
+/// `EPERM` and `EINVAL` on Linux.
+const EPERM: c_int = 1;
+const EINVAL: c_int = 22;
+
+/// Why an option could not be read or set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptionError {
+    /// No such option, or a value out of its range (`EINVAL`).
+    Invalid,
+    /// The option is fixed once the process starts (`EPERM`).
+    Fixed,
+}
+
+/// `f` given `name` NUL-terminated (no option's name is longer than 63 bytes).
+fn with_name(name: &str, f: impl FnOnce(*const c_char) -> c_int) -> c_int {
+    let b = name.as_bytes();
+    let mut buf = [0u8; 64];
+    if b.len() >= buf.len() || b.contains(&0) {
+        return EINVAL;
+    }
+    buf[..b.len()].copy_from_slice(b);
+    f(buf.as_ptr().cast())
+}
+
+/// The value of an option of the `HAKMEM_*` variables, by the variable's
+/// name or the rest after `HAKMEM_`, in any case (`"purge_delay_ms"`).
+pub fn option_get(name: &str) -> Result<i64, OptionError> {
+    let mut value: c_long = 0;
+    // SAFETY: a NUL-terminated name and a pointer to one long.
+    match with_name(name, |n| unsafe { ffi::hakmem_option_get(n, &mut value) }) {
+        0 => Ok(value as i64),
+        _ => Err(OptionError::Invalid),
+    }
+}
+
+/// Sets an option (see [`option_get`]); it takes effect from the next
+/// decision that reads it.  `secure`, `stats` and `thread_cache_kb` are
+/// fixed once the process starts.
+pub fn option_set(name: &str, value: i64) -> Result<(), OptionError> {
+    let value = c_long::try_from(value).map_err(|_| OptionError::Invalid)?;
+    // SAFETY: a NUL-terminated name.
+    match with_name(name, |n| unsafe { ffi::hakmem_option_set(n, value) }) {
+        0 => Ok(()),
+        EPERM => Err(OptionError::Fixed),
+        _ => Err(OptionError::Invalid),
+    }
 }
