@@ -76,7 +76,7 @@ typedef struct hakmem_stats_s {
 void hakmem_stats_get(hakmem_stats_t *out);
 
 /* Per size class: k = 0 .. hakmem_stats_class returns -1 past the last one;
- * the last two are "large" (up to 2 MiB) and "huge" blocks (block_size 0). */
+ * the last two are "large" (up to 4032 KiB) and "huge" blocks (block_size 0). */
 typedef struct hakmem_class_stats_s {
   size_t block_size;      /* bytes per block */
   size_t pages;           /* pages serving the class */

@@ -241,9 +241,9 @@ void *hm_pvalloc(size_t n) {
 }
 
 /* realloc's most common call, a buffer grown in small steps that still fits
- * its block: free's checks, inline, and no lookup() (which, with the rest of
- * hm_realloc, was 43 % of realloc-256k's time).  A block that looks free, a
- * huge one and the hardened mode take the full path. */
+ * its block: free's checks, inline, and no lookup() (a large share of such a
+ * program's time).  A block that looks free, a huge one and the hardened
+ * mode take the full path. */
 HM_INLINE bool realloc_fits(void *p, size_t n) {
   page_t *pg = hm_secure ? NULL : block_page(p);
   if (!pg) return false;
@@ -278,8 +278,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   /* A block above 32 KiB (the classes with thread caches) that must move to
    * grow by less than half gets 50 % headroom: a buffer grown in small steps
    * is copied O(log n) times, not at every size class (four per doubling),
-   * and realloc does not touch the headroom.  (realloc-256k: 1.35x faster,
-   * peak RSS 35.2 -> 31.2 MiB; docs/performance-log.md.) */
+   * and realloc does not touch the headroom. */
   void *q = NULL;
   if (n > usable && n > TABLE_MAX && n - usable < usable / 2 && usable / 2 <= ALLOC_MAX - usable) {
     size_t room = usable + usable / 2;

@@ -236,18 +236,17 @@ void heap_page_retire(heap_t *h, page_t *pg) {
  * A page emptied behind the first page of its queue may stay there, all its
  * blocks free, for its class's next refill: a spare.  A thread whose frees
  * come in batches (other threads' frees it collects, a full thread cache)
- * empties pages in passing and carves new ones at once: with a small
- * HAKMEM_THREAD_CACHE_KB, 30000 times in a 0.05 s run of `mt_remote 2
- * 2000000 400 16384 65536 50`, each new page on whatever slices the segments
- * had free while the old one's waited for the purge (docs/performance-log.md).
+ * empties pages in passing and carves new ones at once, each new page on
+ * whatever slices the segments have free while the old one's wait for the
+ * purge.
  * So a class that refills (carves a page, or takes a spare, after one of its
  * pages emptied) SPARE_AFTER times in a purge delay keeps its emptied pages
  * of up to KEEP_SLICES: CLASS_SPARES of them, one of one-slice pages (which
  * any class's next page reuses as they are), SPARE_SLICES in all.  A class
  * that empties pages without refilling them (a thread freeing what it built)
- * keeps none, nor do longer pages (`realloc_growth 4000000 16 1048576 256`,
- * buffers growing through the big classes, ran 3 % slower and peaked 2 MB
- * higher with them): those slices serve other classes and big blocks.  A
+ * keeps none, nor do longer pages (buffers growing through the big classes
+ * run slower and peak higher with them): those slices serve other classes
+ * and big blocks.  A
  * spare still unused at the second check after it was kept (the checks are a
  * purge delay apart) goes back to its segment; the purger takes those of a
  * heap gone quiet at once, as malloc_trim and thread exit do. */

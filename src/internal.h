@@ -353,14 +353,14 @@ typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   /* (a line on: a segment's first line sits in the L1 set that every block at
    * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
-   * and free's lookup here lost it to them: fixed-4k 7 % slower) */
+   * and free's lookup here would lose it to them) */
   _Alignas(64) page_t *slice_page[SLICES]; /* slice -> page descriptor (NULL when free) */
   list_t *_Atomic slice_push[SLICES]; /* slice of a class page -> where its owner's free
                                     pushes (page_set_local): the page, or the owner's
                                     thread cache of the class.  Beside slice_page, so that
                                     free knows the push's address as early as the page's
-                                    (from the page descriptor, a second load: larson 9 %
-                                    slower, the cold descriptor's two lines in turn) */
+                                    (from the page descriptor, a second load waits for
+                                    the cold descriptor's two lines in turn) */
   uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
   uint64_t dirty_slices;         /* free slices that may still be resident */
   uint64_t aged_slices;          /* dirty slices already free at the last purge check */
@@ -626,7 +626,6 @@ void  page_free_local_slow(page_t *pg, block_t *b);
 void  page_free_remote(page_t *pg, block_t *b);
 bool  page_contains_free(page_t *pg, uintptr_t b);
 bool  page_block_free(heap_t *h, page_t *pg, const void *b);   /* (h locked) confirms a block that looks free */
-void *page_block_start(page_t *pg, const void *p);
 void  page_unpark(heap_t *h, page_t *pg);
 bool  page_unreachable(page_t *pg, uint32_t elsewhere);
 void  delayed_push(heap_t *h, block_t *first, block_t *last);

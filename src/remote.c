@@ -8,8 +8,7 @@
  * the owner's core held: the block's (read, then written) and the list
  * head's (the CAS waits for both); and the owner's malloc waited for the
  * block's line again when it popped it.  Between two cores that share no
- * cache those waits were most of the time of a program that frees remotely
- * (docs/performance-log.md).
+ * cache those waits were most of the time of a program that frees remotely.
  *
  * So a freeing thread appends the pointer to a buffer of its own (rbuf_t),
  * all of whose blocks have one owner heap, without touching the block; it has

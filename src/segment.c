@@ -598,13 +598,12 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   /* Reuse still-resident slices first (k = 1): no page faults, nothing to
    * purge.  A tight request goes to the segment with the least room that
    * holds it (best fit: long runs stay whole for later, and lightly used
-   * segments empty and go back: random 256 KiB-1 MiB blocks peak 8 % lower,
-   * and in a heap of 130 segments run 1.5x faster, without the segments
-   * emptied and refaulted over and over).  The others, pages of the size
+   * segments empty and go back, without being emptied and refaulted over
+   * and over).  The others, pages of the size
    * classes and buffers that realloc moves to grow, to the heap's newest
    * segment with room, as the heap's last runs went: a growing buffer then
-   * finds free slices after it more often (realloc-64 ran 30 % slower with
-   * best fit for its moves; docs/performance-log.md). */
+   * finds free slices after it more often (best fit for its moves scatters
+   * them). */
   int k = 1;
   segment_t *fit = fit_find(h, k, n);
   if (!fit) fit = fit_find(h, k = 0, n);
@@ -1022,7 +1021,7 @@ void segment_huge_free(segment_t *s) {
 void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   if (hm_secure) return NULL;                 /* (its guard page would have to move) */
   size_t off = (size_t)(pg->start - (uint8_t *)s);
-  /* Growth reserves 50 % extra address space (untouched, so it costs no
+  /* Growth reserves half as much again of address space (untouched, so it costs no
    * memory) so that a buffer grown step by step remaps rarely. */
   if (n > pg->block_size && n - pg->block_size < pg->block_size / 2 && pg->block_size / 2 <= ALLOC_MAX - n)
     n = pg->block_size + pg->block_size / 2;
