@@ -32,6 +32,28 @@ void   hakmem_free_aligned_sized(void *p, size_t alignment, size_t size);
 /* Return free memory to the OS now; 1 if anything was released. */
 int    hakmem_malloc_trim(size_t pad);
 
+/* ---- first-class heaps ------------------------------------------------------
+ * A heap of its own for a request's or a parse's objects, released at once.
+ * hakmem_heap_new makes one (NULL with ENOMEM); only the thread that made it
+ * may allocate from it or end it (another thread's call is reported, then
+ * abort).  Its blocks are ordinary blocks: free, realloc and
+ * malloc_usable_size take them from any thread (realloc may move one into
+ * the calling thread's own heap).  hakmem_heap_realloc keeps a block that
+ * fits, else moves it into the heap.
+ * hakmem_heap_destroy frees every block of the heap at once, in time
+ * proportional to its pages, not its blocks; its blocks must no longer be
+ * used, nor freed, by any thread.  hakmem_heap_delete ends the heap but
+ * keeps its blocks: they go on in the calling thread's own heap.  A thread
+ * that exits deletes the heaps it made and did not end. */
+typedef struct heap_s hakmem_heap_t;
+hakmem_heap_t *hakmem_heap_new(void);
+void  *hakmem_heap_malloc(hakmem_heap_t *heap, size_t size);
+void  *hakmem_heap_calloc(hakmem_heap_t *heap, size_t n, size_t size);
+void  *hakmem_heap_realloc(hakmem_heap_t *heap, void *p, size_t size);
+void  *hakmem_heap_aligned_alloc(hakmem_heap_t *heap, size_t alignment, size_t size);
+void   hakmem_heap_delete(hakmem_heap_t *heap);
+void   hakmem_heap_destroy(hakmem_heap_t *heap);
+
 /* ---- run-time control -------------------------------------------------------
  * hakmem_collect(0): this thread's heap gives back now what it holds free
  * (its caches, its empty pages, the blocks other threads freed to it), its

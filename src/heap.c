@@ -433,6 +433,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   }
   page_t *pg = segment_huge_alloc(h, n, align);
   if (!pg) return enomem();
+  if (h->user) userheap_huge_add(h, segment_of(pg));
   return pg->start;
 }
 
@@ -673,7 +674,7 @@ static heap_t *heap_unpark(void) {
   return h;
 }
 
-static heap_t *heap_made(void) {
+heap_t *heap_made(void) {
   heap_t *h = heap_struct_alloc();
   if (!h) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
@@ -730,9 +731,9 @@ static void heap_give_back(heap_t *h) {
   if (!purge_running()) segment_retired_unmap();
 }
 
-/* Free every page of h that is empty, and abandon the segments that still
- * hold live blocks so that live threads can reclaim them. */
-static void heap_done(heap_t *h) {
+/* Free every page of h that is empty (its caches, parked pages and the
+ * frees of other threads collected first), and the segments left empty. */
+void heap_drain(heap_t *h) {
   tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
   for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);
@@ -751,6 +752,12 @@ static void heap_done(heap_t *h) {
    * slices stay resident for the delay of abandoned segments, for a thread
    * that starts soon to take over; the purger purges them when due. */
   heap_give_back(h);
+}
+
+/* Drain h, and abandon the segments that still hold live blocks so that
+ * live threads can reclaim them. */
+static void heap_done(heap_t *h) {
+  heap_drain(h);
   uint64_t pending = 0;
   while (h->segments) {
     segment_t *s = h->segments;
@@ -771,10 +778,19 @@ static void heap_release(heap_t *h) {
   remote_close(h);                   /* (before the lock: it frees) */
   lock_raw(h);
   heap_done(h);
-  h->live = false;
-  atomic_store_explicit(&h->idle, 1, memory_order_relaxed);   /* nothing for the purger here */
+  heap_gone(h);
   unlock_raw(h);
   hm_tls_heap = self;
+  heap_recycle(h);
+}
+
+/* (h locked) h holds nothing any more: the purger passes it by. */
+void heap_gone(heap_t *h) {
+  h->live = false;
+  atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
+}
+
+void heap_recycle(heap_t *h) {
   pthread_mutex_lock(&heaps_lock);
   h->next_free = heaps_free;
   heaps_free = h;
@@ -847,6 +863,7 @@ uint64_t heap_parked_tidy(uint64_t now) {
 static void heap_thread_done(void *arg) {
   heap_t *h = arg;
   if (!h || h == &hm_heap_empty) return;
+  userheap_thread_done(h);
   stat_dec(STAT_THREADS);
   purge_thread_exit();               /* (first: the heap is given back as without the purger) */
   if (hm_secure) secure_flush(h);

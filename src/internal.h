@@ -494,6 +494,13 @@ typedef struct heap_s {
   uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
+  /* first-class heaps (userheap.c): */
+  bool user;                     /* a heap a program made (hakmem_heap_new), no thread's own */
+  struct heap_s *maker;          /* user: the own heap of the thread that made it */
+  struct heap_s *users;          /* a thread's heap: the user heaps its thread made; a user
+                                    heap: the next of them */
+  segment_t *huge;               /* user: the segments of its huge blocks (huge_lock) */
+  _Atomic uint8_t huge_lock;
   /* kept when a struct is recycled: */
   _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
@@ -546,7 +553,8 @@ static inline void page_set_local(page_t *pg) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   if (pg->cls < CLASSES && tcache_fast(pg->cls))      /* (other pages push onto themselves) */
     page_set_push(pg, h && !pg->flags ? &h->tc[pg->cls - TC_MIN].l : &pg->list);
-  atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : (uintptr_t)h, memory_order_relaxed);
+  /* (a user heap's pages have no local owner: all their frees are remote) */
+  atomic_store_explicit(&pg->local, pg->flags || !h || h->user ? 0 : (uintptr_t)h, memory_order_relaxed);
 }
 /* Where the owner's free of p (a block of a page with an owner) pushes.
  * (Acquire: the purger, having cut a cache, points its pages back at it.) */
@@ -602,6 +610,8 @@ uint64_t segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
 void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
+void    segment_give(heap_t *to, segment_t *s);        /* s, on no list, joins heap to (to locked) */
+void    segment_destroy(heap_t *h, segment_t *s);      /* every page of s freed, s released */
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
 void    segment_retired_unmap(void);
@@ -658,6 +668,15 @@ void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void   *heap_malloc_grow(heap_t *h, size_t n);          /* realloc: a big block that may grow in place */
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
+heap_t *heap_made(void);                           /* a new heap, of no thread yet */
+void    heap_drain(heap_t *h);                     /* (h locked, as owner) collect all, free empty pages */
+void    heap_gone(heap_t *h);                      /* (h locked) holds nothing: the purger passes it by */
+void    heap_recycle(heap_t *h);                   /* a heap given back: its struct for the next */
+
+/* userheap.c: first-class heaps */
+void    userheap_huge_add(heap_t *h, segment_t *s);
+void    userheap_huge_remove(segment_t *s);          /* a huge segment's block freed */
+void    userheap_thread_done(heap_t *self);          /* the user heaps of an exiting thread */
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 void    heap_route_caches(heap_t *h, bool to_caches);     /* (purger, locked) tcache_take */

@@ -976,6 +976,7 @@ void segment_huge_free(segment_t *s) {
   if (!atomic_compare_exchange_strong_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], &expect, 0,
                                                memory_order_acq_rel, memory_order_relaxed))
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
+  if (s->heap) userheap_huge_remove(s);
   stat_dec(STAT_HUGE);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { segment_unmap(s); return; }
   uint64_t now = os_now_ms();
@@ -1020,6 +1021,7 @@ void segment_huge_free(segment_t *s) {
  * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
 void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   if (hm_secure) return NULL;                 /* (its guard page would have to move) */
+  if (s->heap) return NULL;                   /* (a first-class heap lists it where it is) */
   size_t off = (size_t)(pg->start - (uint8_t *)s);
   /* Growth reserves half as much again of address space (untouched, so it costs no
    * memory) so that a buffer grown step by step remaps rarely. */
@@ -1182,6 +1184,17 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
     if (page_used(pg) == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
   }
   return !segment_after_free(h, s);
+}
+
+/* A first-class heap's segment goes to the thread's own heap (hakmem_heap_delete). */
+void segment_give(heap_t *to, segment_t *s) { segment_adopt(to, s); }
+
+/* A first-class heap destroyed: every page of s goes, in use or not, and s
+ * with them (what other threads freed into them goes too). */
+void segment_destroy(heap_t *h, segment_t *s) {
+  page_t *pg;
+  for_each_page(s, pg) page_slices_free(s, pg);
+  segment_release_empty(h, s);
 }
 
 /* Take s off the abandoned list (abandoned_lock held). */

@@ -17,7 +17,7 @@
 #![no_std]
 
 use core::alloc::{GlobalAlloc, Layout};
-use core::ffi::{c_char, c_int, c_long};
+use core::ffi::{c_char, c_int, c_long, c_void};
 use core::ptr;
 
 /// The C API of `include/hakmem.h` that the allocator uses.
@@ -76,6 +76,12 @@ pub mod ffi {
         pub fn hakmem_malloc_usable_size(p: *const c_void) -> usize;
         pub fn hakmem_stats_get(out: *mut Stats);
         pub fn hakmem_collect(force: c_int);
+        pub fn hakmem_heap_new() -> *mut c_void;
+        pub fn hakmem_heap_malloc(heap: *mut c_void, size: usize) -> *mut c_void;
+        pub fn hakmem_heap_calloc(heap: *mut c_void, n: usize, size: usize) -> *mut c_void;
+        pub fn hakmem_heap_aligned_alloc(heap: *mut c_void, alignment: usize, size: usize) -> *mut c_void;
+        pub fn hakmem_heap_delete(heap: *mut c_void);
+        pub fn hakmem_heap_destroy(heap: *mut c_void);
         pub fn hakmem_option_get(name: *const c_char, value: *mut c_long) -> c_int;
         pub fn hakmem_option_set(name: *const c_char, value: c_long) -> c_int;
     }
@@ -209,5 +215,69 @@ pub fn option_set(name: &str, value: i64) -> Result<(), OptionError> {
         0 => Ok(()),
         EPERM => Err(OptionError::Fixed),
         _ => Err(OptionError::Invalid),
+    }
+}
+
+/// A first-class heap: allocate a request's or a parse's objects in it, and
+/// free them all at once with [`Heap::destroy`].  Only the thread that made
+/// it may allocate from it (it is neither `Send` nor `Sync`); its blocks are
+/// ordinary hakmem blocks, which [`HakMem`] (or `free`) frees from any
+/// thread.  Dropping the heap deletes it: its live blocks go on in the
+/// thread's own heap.
+#[derive(Debug)]
+pub struct Heap {
+    raw: *mut c_void,
+}
+
+impl Heap {
+    /// A new heap, or `None` when memory runs out.
+    pub fn new() -> Option<Heap> {
+        // SAFETY: no arguments; the heap belongs to this thread.
+        let raw = unsafe { ffi::hakmem_heap_new() };
+        (!raw.is_null()).then_some(Heap { raw })
+    }
+
+    /// A block for `layout` from this heap (null when memory runs out).
+    pub fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: self.raw is a live heap of this thread (Heap is not Send).
+        unsafe {
+            if layout.align() <= MIN_ALIGN {
+                ffi::hakmem_heap_malloc(self.raw, layout.size()).cast()
+            } else {
+                ffi::hakmem_heap_aligned_alloc(self.raw, layout.align(), layout.size()).cast()
+            }
+        }
+    }
+
+    /// The same, zeroed.
+    pub fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            // SAFETY: as in alloc.
+            return unsafe { ffi::hakmem_heap_calloc(self.raw, 1, layout.size()).cast() };
+        }
+        let p = self.alloc(layout);
+        if !p.is_null() {
+            // SAFETY: p holds at least layout.size() bytes.
+            unsafe { ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
+    /// Frees every block of the heap at once, in time proportional to its
+    /// pages, not its blocks.
+    ///
+    /// # Safety
+    /// No block of the heap may be used, or freed, afterwards, by any thread.
+    pub unsafe fn destroy(self) {
+        let raw = self.raw;
+        core::mem::forget(self);
+        ffi::hakmem_heap_destroy(raw);
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // SAFETY: a live heap of this thread; its blocks stay valid.
+        unsafe { ffi::hakmem_heap_delete(self.raw) };
     }
 }
