@@ -32,7 +32,7 @@ static const struct option_def {
   { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, false },
   { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, false },
   { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, false },
-  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false, false },
+  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 2, false, false },
   { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, true },
   { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, false },
   { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, true },

@@ -255,6 +255,7 @@ static segment_t *segment_new(heap_t *h) {
   if (!s) return NULL;
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
+    if (hm_options.hugepages >= 2) os_hugepage(s, SEG_SIZE);
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
