@@ -167,31 +167,56 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
  * that fence) both sides take a spin lock. */
 static bool lock_fenced;
 
+/* The debug build records who holds a heap's lock (heap->holder): a thread is
+ * told by the address of its own thread-local tag. */
+#if HM_DEBUG_ON
+static __thread char holder_tag;
+static void lock_hold(heap_t *h) {
+  hm_assert(atomic_load_explicit(&h->holder, memory_order_relaxed) == NULL);
+  atomic_store_explicit(&h->holder, &holder_tag, memory_order_relaxed);
+}
+static void lock_drop(heap_t *h) {
+  hm_assert(heap_held(h));
+  atomic_store_explicit(&h->holder, NULL, memory_order_relaxed);
+}
+bool heap_held(const heap_t *h) { return atomic_load_explicit(&h->holder, memory_order_relaxed) == &holder_tag; }
+#else
+#define lock_hold(h) ((void)0)
+#define lock_drop(h) ((void)0)
+#endif
+
 static void lock_raw(heap_t *h) {
   if (likely(lock_fenced)) {
     for (;;) {
       atomic_store_explicit(&h->owner_in, 1, memory_order_relaxed);
       atomic_signal_fence(memory_order_seq_cst);
-      if (likely(!atomic_load_explicit(&h->other_in, memory_order_acquire))) return;
+      if (likely(!atomic_load_explicit(&h->other_in, memory_order_acquire))) { lock_hold(h); return; }
       atomic_store_explicit(&h->owner_in, 0, memory_order_relaxed);
       while (atomic_load_explicit(&h->other_in, memory_order_relaxed)) sched_yield();
     }
   }
   while (atomic_exchange_explicit(&h->lock, 1, memory_order_acquire))
     while (atomic_load_explicit(&h->lock, memory_order_relaxed)) sched_yield();
+  lock_hold(h);
 }
 static void unlock_raw(heap_t *h) {
+  lock_drop(h);
   if (likely(lock_fenced)) atomic_store_explicit(&h->owner_in, 0, memory_order_release);
   else atomic_store_explicit(&h->lock, 0, memory_order_release);
 }
 bool heap_trylock(heap_t *h) {
-  if (!lock_fenced) return !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire);
+  if (!lock_fenced) {
+    bool got = !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire);
+    if (got) lock_hold(h);
+    return got;
+  }
   atomic_store_explicit(&h->other_in, 1, memory_order_relaxed);
-  if (os_membarrier() && !atomic_load_explicit(&h->owner_in, memory_order_acquire)) return true;
+  if (os_membarrier() && !atomic_load_explicit(&h->owner_in, memory_order_acquire)) { lock_hold(h); return true; }
   atomic_store_explicit(&h->other_in, 0, memory_order_release);
   return false;
 }
 void heap_unlock(heap_t *h) {
+  lock_drop(h);
   if (lock_fenced) atomic_store_explicit(&h->other_in, 0, memory_order_release);
   else atomic_store_explicit(&h->lock, 0, memory_order_release);
 }
