@@ -316,6 +316,7 @@ static void trim_own(heap_t *h) {
   tcache_flush(h);
   heap_collect_all(h);
   segment_purge_due(h, PURGE_FORCE, NULL);
+  hm_validate(h);
   heap_leave(h);
 }
 

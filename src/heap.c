@@ -470,6 +470,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
  * deadlines are tested on the coarse clock (never ahead of the precise one),
  * which is read only when something is due. */
 void heap_tick(heap_t *h) {
+  hm_validate(h);
   h->ticks = HEAP_TICKS;
   segment_caches_tick(0);
   bool cached = tcache_held(h);
@@ -759,6 +760,7 @@ static void heap_give_back(heap_t *h) {
 /* Free every page of h that is empty (its caches, parked pages and the
  * frees of other threads collected first), and the segments left empty. */
 void heap_drain(heap_t *h) {
+  hm_validate(h);
   tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
   for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);
@@ -836,10 +838,12 @@ void heap_recycle(heap_t *h) {
 #define PARK_MS  1000
 static void heap_park(heap_t *h) {
   lock_raw(h);
+  hm_validate(h);
   tcache_flush(h);
   heap_collect_all(h);
   segment_purge_reset_delay(h);
   heap_give_back(h);
+  hm_validate(h);
   uint64_t now = os_now_ms(), look = now + h->purge_delay_ms;
   atomic_store_explicit(&h->parked_ms, now, memory_order_relaxed);
   unlock_raw(h);

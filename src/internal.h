@@ -151,6 +151,7 @@ static inline size_t class_size(size_t c) {
  * to the next block, encoded with the heap's tc_key. */
 #define TC_MIN      CLASS_4K
 #define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
+#define TC_MAX      64                           /* blocks a cache holds at most */
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
 #define CLASS_OVER_32K (TC_MIN + 14)             /* the first class above 32 KiB */
 extern bool hm_tc_fast[CLASSES];                 /* class c's cache is malloc's and free's list */

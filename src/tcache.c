@@ -63,7 +63,6 @@
 #include <string.h>
 
 #define TC_START 8
-#define TC_MAX   64
 #define TC_DECAY_MS 1000
 static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
