@@ -558,7 +558,7 @@ static inline void heap_page_keys(heap_t *h, page_t *pg) {
   uint64_t mark = heap_rand(h);
   page_set_key(pg, mark, heap_rand(h) ^ h->tc_key);
 }
-#define HEAP_RESET_SIZE offsetof(heap_t, lock)
+#define HEAP_RESET_SIZE offsetof(heap_t, owner_in)   /* (the lock is held across the reset) */
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */
