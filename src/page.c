@@ -242,8 +242,8 @@ bool page_try_notify(page_t *pg) {
 }
 
 /* A queue's ends agree: empty at both, or no page before the first and none
- * after the last. */
-static inline bool pageq_ends(const pageq_t *q) {
+ * after the last.  (For hm_assert: the release build only type-checks it.) */
+static inline __attribute__((unused)) bool pageq_ends(const pageq_t *q) {
   return !q->first == !q->last && (!q->first || (!q->first->prev && !q->last->next));
 }
 
