@@ -4,7 +4,7 @@
  * takes for granted: its segments and their slice bookkeeping, the segment
  * map and the fit index, each page on the list its state names and each
  * page's local free list, the thread caches, malloc's direct[] entries and
- * the decay state.  A broken rule is reported by hm_assert.  It runs with h
+ * the purge deadlines.  A broken rule is reported by hm_assert.  It runs with h
  * locked by the thread acting as its owner, at safe points: a thread's exit
  * (heap_park, heap_done), malloc_trim and every heap tick (HEAP_TICKS
  * slow-path events).  It reads only what that lock keeps still: not the
@@ -159,8 +159,6 @@ static void validate_caches(heap_t *h) {
 
 void heap_validate(heap_t *h) {
   hm_assert(heap_held(h) && h != &hm_heap_empty && h->live);
-  uint64_t base = (uint64_t)hm_options.purge_delay_ms;
-  hm_assert(h->purge_delay_ms >= base && h->purge_delay_ms <= (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS));
   size_t pages = 0, listed = 0, n = 0;
   for (segment_t *s = h->segments; s; s = s->next) {
     hm_assert(++n < WALK_MAX && (s->prev ? s->prev->next == s : h->segments == s));

@@ -301,7 +301,6 @@ static uint64_t purge_delay_floor(uint64_t delay) {
  * down toward HAKMEM_PURGE_DELAY_MS by a quarter. */
 uint64_t purge_delay_adapt(uint64_t delay, bool refault) {
   uint64_t base = (uint64_t)hm_options.purge_delay_ms;
-  hm_assert(delay <= (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS));   /* every delay came from here */
   delay = purge_delay_floor(delay);
   if (refault) return delay * 2 > PURGE_DELAY_MAX_MS ? (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS) : (delay ? delay * 2 : 1);
   return purge_delay_floor(delay - (delay + 3) / 4);   /* (1 ms goes back to 0) */
@@ -553,7 +552,6 @@ static void segment_discard(segment_t *s) {
     drop = NULL;
   }
   if (drop) drop = drop_with_neighbours(drop);
-  hm_assert(cache_count <= (size_t)hm_options.segment_cache);
   uint64_t due = cache_decay(now, false, false, &unmap);
   pthread_mutex_unlock(&cache_lock);
   unmap_runs(drop);
