@@ -2,6 +2,7 @@
 #   make                 build/libhakmem.so and build/libhakmem.a
 #   make test            build and run the test suite (ends with "N passed, N failed, N skipped")
 #   make test-sanitize   the suite's unit tests with hakmem built under ASan+UBSan and TSan
+#   make debug           the unit tests with hakmem's assertions on (build/debug)
 #   make bench           the benchmark comparison against glibc, mimalloc, jemalloc, tcmalloc
 
 CC      ?= cc
@@ -22,7 +23,7 @@ SRCS    = $(wildcard src/*.c)
 HDRS    = $(wildcard src/*.h) include/hakmem.h
 OBJS    = $(SRCS:src/%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test test-sanitize fuzz bench deps deps-sanitize clean print-ext-cflags
+.PHONY: all test test-sanitize debug debug-run fuzz bench deps deps-sanitize clean print-ext-cflags
 all: $(BUILD)/libhakmem.so $(BUILD)/libhakmem.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS) | $(BUILD)/obj
@@ -87,6 +88,18 @@ san-run: $(BUILD)/libhakmem.a $(addprefix $(BUILD)/tests/,$(SAN_TESTS))
 	@BUILD=$(BUILD) ONLY="$(SAN_TESTS)" SANITIZED=1 tests/run.sh
 
 $(BUILD)/tests/%: TEST_CFLAGS += $(if $(findstring -fsanitize,$(CFLAGS)),$(filter -fsanitize=% -fno-sanitize%,$(CFLAGS)) -DHAKMEM_NO_OVERRIDE,)
+
+# The debug build: hakmem with its assertions (hm_assert, src/internal.h) and
+# the heap validation walk (src/debug.c) compiled in, and every unit test
+# linked with it (the tests see the debug build's structures: -DHM_DEBUG).
+DEBUG_TESTS = $(TEST_SRCS:tests/%.c=%)
+debug:
+	$(MAKE) BUILD=build/debug CFLAGS="-O1 -g -DHM_DEBUG" debug-run
+
+debug-run: $(BUILD)/libhakmem.a $(addprefix $(BUILD)/tests/,$(DEBUG_TESTS))
+	@BUILD=$(BUILD) ONLY="$(DEBUG_TESTS)" tests/run.sh
+
+$(BUILD)/tests/%: TEST_CFLAGS += $(filter -DHM_DEBUG,$(CFLAGS))
 
 # ---- install ---------------------------------------------------------------
 # make install [PREFIX=/usr/local] [DESTDIR=staging dir]: the shared and static

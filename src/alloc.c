@@ -34,6 +34,9 @@ static page_t *lookup(const void *p, segment_t **sp, const char *op) {
     snprintf(what, sizeof what, "%s of a pointer into the middle of a block", op);
     hm_fatal(what, p, pg);
   }
+  /* a block start: of a carved block, on the page's grid */
+  hm_assert(pg->cls <= CLASS_HUGE && off % pg->block_size == 0 && s->slice_page[pg->slice] == pg);
+  hm_assert(pg->cls == CLASS_HUGE ? pg == &s->pages[1] : pg >= s->pages && pg < &s->pages[SLICES]);
   *sp = s;
   return pg;
 }
@@ -51,6 +54,7 @@ static bool already_freed(page_t *pg, const void *p) {
   heap_enter(h);
   bool freed = page_block_free(h, pg, p);
   heap_leave(h);
+  hm_assert(!heap_held(h));
   return freed;
 }
 
@@ -75,6 +79,7 @@ HM_COLD void hm_free_slow(void *p, bool to_cache) {
  * exited). */
 void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
   heap_t *h = hm_tls_heap;
+  hm_assert(segment_of(p) == s && page_of(s, p) == pg && pg->cls != CLASS_HUGE && !heap_held(h));
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
   if (owner == h) {
     heap_enter(h);
@@ -82,6 +87,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
     bool cached = hm_slow_mode && to_cache && class_cached(pg->cls) && !block_looks_free(pg, p) &&
                   tcache_put(h, pg, (block_t *)p);
     if (!cached) heap_free_local(h, pg, (block_t *)p);
+    hm_assert(!cached || class_cached(pg->cls));
     heap_leave(h);
     return;
   }
@@ -92,6 +98,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
     if (h) {
       heap_enter(h);
       bool adopted = segment_try_reclaim(h, s);
+      hm_assert(!adopted || (s->heap == h && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h));
       if (adopted) heap_free_local(h, pg, (block_t *)p);
       heap_leave(h);
       if (adopted) return;
@@ -269,10 +276,12 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
     heap_enter(hm_tls_heap);
     bool resized = segment_large_resize(pg, (lead + n + SLICE_SIZE - 1) / SLICE_SIZE);
     heap_leave(hm_tls_heap);
+    hm_assert(!resized || (pg->block_size >= n && pg->start == p));
     if (resized) return p;
   }
   if (pg->cls == CLASS_HUGE && n > GROW_HUGE && s->huge_offset == 0) {
     void *q = segment_huge_resize(s, pg, n);
+    hm_assert(!q || page_of(segment_of(q), q)->block_size >= n);
     if (q) return q;
   }
   /* A block above 32 KiB (the classes with thread caches) that must move to
@@ -285,6 +294,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
     q = room > MEDIUM_MAX ? heap_malloc_grow(hm_tls_heap, room) : hm_malloc_fast(room);
   }
   if (!q && !(q = hm_malloc_fast(n))) return NULL;
+  hm_assert(q != p);
   memcpy(q, p, n < usable ? n : usable);
   /* The old block goes to its page (a buffer's old size is not worth a
    * thread cache's room); a cached class's page only under the heap lock,
@@ -309,6 +319,7 @@ void *hm_reallocarray(void *p, size_t n, size_t size) {
  * threads freed into its pages, its caches, its empty pages, and the free
  * slices of its segments, purged whatever their delay. */
 static void trim_own(heap_t *h) {
+  hm_assert(!heap_held(h));
   if (hm_secure) secure_flush(h);
   remote_collect(h);
   remote_flush(h);
@@ -316,6 +327,7 @@ static void trim_own(heap_t *h) {
   tcache_flush(h);
   heap_collect_all(h);
   segment_purge_due(h, PURGE_FORCE, NULL);
+  hm_validate(h);
   heap_leave(h);
 }
 

@@ -74,6 +74,7 @@ static void spare_reuse(heap_t *h, page_t *pg);
 static uint16_t direct_first[CLASSES + 1];
 
 static void set_direct(heap_t *h, size_t c, list_t *l) {
+  hm_assert(c < CLASSES);
   for (size_t i = direct_first[c]; i < direct_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
 }
 /* Point malloc's entries of class c at pg, the first page of its queue (or
@@ -89,16 +90,20 @@ static void set_current(heap_t *h, size_t c, page_t *pg) {
  * thread cache at the empty page and free's pushes at the sink (!to_caches),
  * so that either calls out at once; and back at the caches. */
 void heap_route_caches(heap_t *h, bool to_caches) {
+  hm_assert(heap_held(h));
   for (size_t c = TC_MIN; c < CLASSES; c++) {
     if (!tcache_fast(c)) continue;
     set_direct(h, c, to_caches ? &h->tc[c - TC_MIN].l : &hm_page_empty.list);
-    for (page_t *pg = h->queue[c].first; pg; pg = pg->next)
+    for (page_t *pg = h->queue[c].first; pg; pg = pg->next) {
+      hm_assert(pg->cls == c);
       if (to_caches) page_set_local(pg);
       else page_set_push(pg, &h->tc_sink);
+    }
   }
 }
 
 static void current_update(heap_t *h, size_t c) {
+  hm_assert(c < CLASSES && (!h->queue[c].first || h->queue[c].first->cls == c));
   if (h->queue[c].first && h->queue[c].first->spare) spare_reuse(h, h->queue[c].first);
   if (hm_slow_mode) return;
   set_current(h, c, h->queue[c].first ? h->queue[c].first : &hm_page_empty);
@@ -106,6 +111,7 @@ static void current_update(heap_t *h, size_t c) {
 
 static void queue_remove(heap_t *h, page_t *pg) {
   pageq_t *q = queue_of(h, pg);
+  hm_assert(pg->cls < CLASSES && !(pg->flags & PAGE_FULL));   /* a class page on its queue */
   bool was_first = q->first == pg;
   pageq_remove(q, pg);
   if (was_first) current_update(h, pg->cls);
@@ -113,6 +119,8 @@ static void queue_remove(heap_t *h, page_t *pg) {
 
 static void queue_push(heap_t *h, page_t *pg, bool front) {
   pageq_t *q = queue_of(h, pg);
+  hm_assert(pg->cls < CLASSES && !(pg->flags & PAGE_FULL));
+  hm_assert(atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
   if (front || !q->first) {
     pageq_push_front(q, pg);
     current_update(h, pg->cls);
@@ -124,6 +132,8 @@ static void queue_push(heap_t *h, page_t *pg, bool front) {
 /* Park a full page; false if remote frees arrived meanwhile (collect those).
  * (find_page points malloc's entries at the queue's new first page afterwards.) */
 static bool page_park(heap_t *h, page_t *pg) {
+  hm_assert(heap_held(h) && pg->cls < CLASSES && !(pg->flags & PAGE_FULL));
+  hm_assert(!pg->free && pg->capacity == pg->reserved);   /* full: nothing free, nothing to carve */
   if (!page_try_notify(pg)) return false;
   pageq_remove(queue_of(h, pg), pg);
   page_set_flags(pg, pg->flags | PAGE_FULL);
@@ -132,6 +142,8 @@ static bool page_park(heap_t *h, page_t *pg) {
 }
 
 void page_unpark(heap_t *h, page_t *pg) {
+  hm_assert(heap_held(h) && (pg->flags & PAGE_FULL) && pg->cls < CLASSES);
+  hm_assert(atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
   page_set_tf_state(pg, TF_NORMAL);
   page_set_flags(pg, pg->flags & (uint8_t)~PAGE_FULL);
   pageq_remove(&h->full, pg);
@@ -141,6 +153,8 @@ void page_unpark(heap_t *h, page_t *pg) {
 /* A page of a reclaimed segment joins h (its remote frees collected).
  * False when it turned out empty: the caller frees it. */
 bool heap_adopt_page(heap_t *h, page_t *pg) {
+  hm_assert(heap_held(h) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
+  hm_assert(pg->cls < CLASSES || (pg->cls == CLASS_LARGE && pg->capacity == 1));
   if (pg->cls != CLASS_LARGE) { queue_push(h, pg, false); return true; }
   /* single-block pages live parked; a free may have raced with the collect */
   while (!page_try_notify(pg)) {
@@ -167,36 +181,62 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
  * that fence) both sides take a spin lock. */
 static bool lock_fenced;
 
+/* The debug build records who holds a heap's lock (heap->holder): a thread is
+ * told by the address of its own thread-local tag. */
+#if HM_DEBUG_ON
+static __thread char holder_tag;
+static void lock_hold(heap_t *h) {
+  hm_assert(atomic_load_explicit(&h->holder, memory_order_relaxed) == NULL);
+  atomic_store_explicit(&h->holder, &holder_tag, memory_order_relaxed);
+}
+static void lock_drop(heap_t *h) {
+  hm_assert(heap_held(h));
+  atomic_store_explicit(&h->holder, NULL, memory_order_relaxed);
+}
+bool heap_held(const heap_t *h) { return atomic_load_explicit(&h->holder, memory_order_relaxed) == &holder_tag; }
+#else
+#define lock_hold(h) ((void)0)
+#define lock_drop(h) ((void)0)
+#endif
+
 static void lock_raw(heap_t *h) {
   if (likely(lock_fenced)) {
     for (;;) {
       atomic_store_explicit(&h->owner_in, 1, memory_order_relaxed);
       atomic_signal_fence(memory_order_seq_cst);
-      if (likely(!atomic_load_explicit(&h->other_in, memory_order_acquire))) return;
+      if (likely(!atomic_load_explicit(&h->other_in, memory_order_acquire))) { lock_hold(h); return; }
       atomic_store_explicit(&h->owner_in, 0, memory_order_relaxed);
       while (atomic_load_explicit(&h->other_in, memory_order_relaxed)) sched_yield();
     }
   }
   while (atomic_exchange_explicit(&h->lock, 1, memory_order_acquire))
     while (atomic_load_explicit(&h->lock, memory_order_relaxed)) sched_yield();
+  lock_hold(h);
 }
 static void unlock_raw(heap_t *h) {
+  lock_drop(h);
   if (likely(lock_fenced)) atomic_store_explicit(&h->owner_in, 0, memory_order_release);
   else atomic_store_explicit(&h->lock, 0, memory_order_release);
 }
 bool heap_trylock(heap_t *h) {
-  if (!lock_fenced) return !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire);
+  if (!lock_fenced) {
+    bool got = !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire);
+    if (got) lock_hold(h);
+    return got;
+  }
   atomic_store_explicit(&h->other_in, 1, memory_order_relaxed);
-  if (os_membarrier() && !atomic_load_explicit(&h->owner_in, memory_order_acquire)) return true;
+  if (os_membarrier() && !atomic_load_explicit(&h->owner_in, memory_order_acquire)) { lock_hold(h); return true; }
   atomic_store_explicit(&h->other_in, 0, memory_order_release);
   return false;
 }
 void heap_unlock(heap_t *h) {
+  lock_drop(h);
   if (lock_fenced) atomic_store_explicit(&h->other_in, 0, memory_order_release);
   else atomic_store_explicit(&h->lock, 0, memory_order_release);
 }
 
 void heap_enter(heap_t *h) {
+  hm_assert(h != &hm_heap_empty && h->live);
   lock_raw(h);
   if (unlikely(h->tc_parked)) tcache_resume(h);   /* the purger took the caches */
   atomic_store_explicit(&h->slow_ops, atomic_load_explicit(&h->slow_ops, memory_order_relaxed) + 1,
@@ -208,7 +248,10 @@ void heap_enter(heap_t *h) {
   }
 }
 
-void heap_leave(heap_t *h) { unlock_raw(h); }
+void heap_leave(heap_t *h) {
+  hm_assert(!h->tc_parked);                    /* (the caches resumed on the way in) */
+  unlock_raw(h);
+}
 
 /* An owner the purger found idle does not collect what other threads free
  * into its pages: have the purger look at it again. */
@@ -226,6 +269,7 @@ void heap_wake_idle(heap_t *h) {
  * pages the owner's fast paths do not free into (tcache.c). */
 #define KEEP_SLICES 4
 void heap_page_retire(heap_t *h, page_t *pg) {
+  hm_assert(pg->cls < CLASSES && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
   if (pg->cls < CLASSES && h->queue[pg->cls].first == pg && pg->slices <= KEEP_SLICES) return;
   heap_enter(h);
   heap_page_retire_locked(h, pg);
@@ -253,6 +297,7 @@ void heap_page_retire(heap_t *h, page_t *pg) {
 
 static void spare_drop(heap_t *h, page_t *pg) {
   if (pg->spare) {
+    hm_assert(h->spare_slices >= pg->slices);
     pg->spare = 0;
     h->spare_slices -= pg->slices;
   }
@@ -270,11 +315,13 @@ static void spare_reuse(heap_t *h, page_t *pg) {
 
 /* (h locked) Spares sit right behind their queue's first page. */
 static void spares_check(heap_t *h, uint64_t now) {
+  hm_assert(heap_held(h) && h->spare_slices <= SPARE_SLICES);
   bool again = h->spare_slices > 0;
   for (size_t c = 0; c < CLASSES; c++) {
     pageq_t *q = &h->queue[c];
     for (page_t *pg = q->first ? q->first->next : NULL, *next; pg && pg->spare; pg = next) {
       next = pg->next;
+      hm_assert(pg->cls == c && page_used(pg) == 0 && pg->slices <= KEEP_SLICES);   /* all free */
       if (pg->spare == 1) {                     /* kept since the last check */
         pg->spare = 2;
         continue;
@@ -292,11 +339,14 @@ static void spares_check(heap_t *h, uint64_t now) {
 /* Has q room for another spare pg? */
 static bool class_spare_room(const pageq_t *q, const page_t *pg) {
   unsigned n = 0, room = pg->slices == 1 ? 1 : CLASS_SPARES;
+  hm_assert(q->first && q->first != pg);
   for (const page_t *s = q->first->next; s && s->spare; s = s->next) n++;
   return n < room;
 }
 
 void heap_page_retire_locked(heap_t *h, page_t *pg) {
+  hm_assert(heap_held(h) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
+  hm_assert(pg->cls < CLASSES && page_used(pg) == 0 && !pg->spare);   /* a class page just emptied */
   if (pg->cls < CLASSES) {
     h->freed_classes |= 1ull << pg->cls;
     if (!h->spare_check_ms) h->spare_check_ms = os_coarse_ms() + h->purge_delay_ms;
@@ -312,6 +362,7 @@ void heap_page_retire_locked(heap_t *h, page_t *pg) {
       }
       pg->spare = 1;
       h->spare_slices += pg->slices;
+      hm_assert(h->spare_slices <= SPARE_SLICES && q->first->next == pg);   /* right behind the first */
       return;
     }
   }
@@ -327,6 +378,7 @@ static void *enomem(void) { errno = ENOMEM; return NULL; }
 static size_t class_slices(size_t bsize) {
   if (bsize <= 8 * 1024) return 1;
   size_t blocks = bsize <= 32 * 1024 ? 8 : 4;
+  hm_assert(bsize <= MEDIUM_MAX && (bsize * blocks + SLICE_SIZE - 1) / SLICE_SIZE < SLICES);
   return (bsize * blocks + SLICE_SIZE - 1) / SLICE_SIZE;
 }
 
@@ -340,8 +392,10 @@ static size_t class_slices(size_t bsize) {
 static page_t *find_page(heap_t *h, size_t c) {
   pageq_t *q = &h->queue[c];
   page_t *pg = q->first;
+  hm_assert(heap_held(h) && c < CLASSES);
   while (pg) {
     page_t *next = pg->next;
+    hm_assert(pg == q->first && pg->cls == c && !(pg->flags & PAGE_FULL));
     if (pg->free) break;
     if (TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_relaxed))) {
       page_collect(pg);
@@ -373,12 +427,14 @@ static page_t *find_page(heap_t *h, size_t c) {
   } else {
     pg->full_once = 0;
   }
+  hm_assert(!pg || (pg == q->first && pg->free && page_used(pg) < pg->capacity));   /* a block to pop */
   current_update(h, c);              /* once, for whatever the walk changed */
   return pg;
 }
 
 static void *heap_malloc_class(heap_t *h, size_t c) {
   bool cached = class_cached(c) && hm_tcache_on;
+  hm_assert(heap_held(h) && c < CLASSES);
   if (cached) {               /* (stats mode: the fast path, which would pop, keeps out) */
     void *b = tcache_pop(h, c);
     if (unlikely(hm_slow_mode)) stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
@@ -402,6 +458,7 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
 static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   if (n > ALLOC_MAX || align > ALLOC_MAX / 2) return enomem();
   if (n == 0) n = 1;            /* a block of 0 bytes would start where its run ends */
+  hm_assert(heap_held(h) && (align == 0 || (align & (align - 1)) == 0));
   /* big blocks other threads freed: their runs first (a thread that allocates
    * only big blocks would otherwise never take them back) */
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
@@ -416,6 +473,9 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
       uint8_t *run = page_run(pg);
       uint8_t *blk = align > SLICE_SIZE ? (uint8_t *)(((uintptr_t)run + align - 1) & ~(uintptr_t)(align - 1)) : run;
       size_t bs = (size_t)(run + slices * SLICE_SIZE - blk) - secure_guard();
+      hm_assert(pg->cls == CLASS_LARGE && pg->slices == slices && s->heap == h);
+      hm_assert(bs >= n && blk + bs <= run + slices * SLICE_SIZE);
+      hm_assert(align <= 1 || ((uintptr_t)blk & (align - 1)) == 0);
       secure_page_guard(s, pg->slice, slices);
       pg->start = blk;
       pg->block_size = bs;
@@ -433,6 +493,8 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   }
   page_t *pg = segment_huge_alloc(h, n, align);
   if (!pg) return enomem();
+  hm_assert(pg->cls == CLASS_HUGE && pg->block_size >= n && pg == &segment_of(pg)->pages[1]);
+  hm_assert(segment_of(pg)->huge_offset || segment_of(pg->start) == segment_of(pg));   /* free's lookup */
   if (h->user) userheap_huge_add(h, segment_of(pg));
   return pg->start;
 }
@@ -445,6 +507,8 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
  * deadlines are tested on the coarse clock (never ahead of the precise one),
  * which is read only when something is due. */
 void heap_tick(heap_t *h) {
+  hm_assert(heap_held(h));
+  hm_validate(h);
   h->ticks = HEAP_TICKS;
   segment_caches_tick(0);
   bool cached = tcache_held(h);
@@ -462,6 +526,7 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
     void *p = hm_malloc_try(h, n, &c);
     if (p) return p;
   }
+  hm_assert(c < CLASSES || c == CLASS_LARGE);
   heap_enter(h);
   void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0, false) : heap_malloc_class(h, c);
   bool tick = --h->ticks == 0;
@@ -487,6 +552,7 @@ void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
     if (c < CLASSES) p = heap_malloc_class(h, c);
   }
   if (!p) p = heap_malloc_big(h, n, align, false);
+  hm_assert(!p || ((uintptr_t)p & (align - 1)) == 0);
   heap_leave(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
@@ -509,7 +575,9 @@ void *heap_malloc_grow(heap_t *h, size_t n) {
 /* The owner frees b on its own page pg (slow variant: parked, large,
  * suspicious; h locked). */
 void heap_free_local(heap_t *h, page_t *pg, block_t *b) {
+  hm_assert(heap_held(h) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
   if (pg->cls == CLASS_LARGE) {
+    hm_assert((pg->flags & PAGE_FULL) && page_used(pg) == 1 && (uint8_t *)b == pg->start);   /* lives parked */
     pageq_remove(&h->full, pg);
     segment_page_free(pg);
     return;
@@ -519,6 +587,7 @@ void heap_free_local(heap_t *h, page_t *pg, block_t *b) {
 
 /* (h locked) */
 void heap_collect_delayed(heap_t *h) {
+  hm_assert(heap_held(h));
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire);
   while (b) {
     page_t *pg;
@@ -537,6 +606,7 @@ void heap_collect_delayed(heap_t *h) {
 /* The owner (h locked): collect every remote free and give back every page
  * left empty, the queues' first pages included. */
 void heap_collect_all(heap_t *h) {
+  hm_assert(heap_held(h));
   heap_collect_delayed(h);
   for (size_t c = 0; c < CLASSES; c++) {
     for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
@@ -549,6 +619,7 @@ void heap_collect_all(heap_t *h) {
       }
     }
   }
+  hm_assert(h->spare_slices == 0);     /* (spares are empty pages: all gone) */
   h->freed_classes = 0;
   memset(h->refills, 0, sizeof h->refills);
   h->spare_check_ms = 0;
@@ -563,6 +634,7 @@ void heap_collect_all(heap_t *h) {
  * unparked by its owner since, so its flag tells which list it is on. */
 static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
   bool parked = pg->flags & PAGE_FULL;
+  hm_assert(heap_held(h) && (parked || pg->cls < CLASSES));
   bool first = !parked && h->queue[pg->cls].first == pg;
   if (first && !tcache_fast(pg->cls)) return false;
   if (!pg->spare && !(first && page_used(pg) == 0) && !page_unreachable(pg, elsewhere)) return false;
@@ -580,6 +652,7 @@ static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
  * them).  Blocks handed over on the delayed list count as free; those of pages
  * still in use go back on the list for the owner.  True if it freed a page. */
 bool heap_trim_idle(heap_t *h) {
+  hm_assert(heap_held(h) && h->live);
   bool freed = false;
   tcache_take(h);                     /* its cached blocks onto their pages' remote lists */
   remote_take(h);                     /* and those other threads sent it */
@@ -602,6 +675,7 @@ bool heap_trim_idle(heap_t *h) {
   for (size_t c = 0; c < CLASSES; c++) {
     for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {
       next = pg->next;
+      hm_assert(pg->cls == c && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
       freed |= trim_page(h, pg, 0);
     }
   }
@@ -704,6 +778,7 @@ heap_t *heap_get(void) {
   if (h != &hm_heap_empty) return h;
   pthread_once(&process_once, process_init);
   if (!(h = heap_unpark()) && !(h = heap_made())) return NULL;
+  hm_assert(h->live && !atomic_load_explicit(&h->parked_ms, memory_order_relaxed));
   hm_tls_heap = h;                   /* before anything below may allocate */
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
@@ -723,6 +798,7 @@ heap_t *heap_get(void) {
  * and without the purger what is due is purged now, and retired segments
  * unmapped (no thread may call for them). */
 static void heap_give_back(heap_t *h) {
+  hm_assert(heap_held(h));
   if (!purge_running()) segment_purge_due(h, PURGE_IDLE, NULL);
   for (segment_t *s = h->segments, *next; s; s = next) {
     next = s->next;
@@ -734,6 +810,8 @@ static void heap_give_back(heap_t *h) {
 /* Free every page of h that is empty (its caches, parked pages and the
  * frees of other threads collected first), and the segments left empty. */
 void heap_drain(heap_t *h) {
+  hm_assert(heap_held(h));
+  hm_validate(h);
   tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
   for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);
@@ -747,6 +825,7 @@ void heap_drain(heap_t *h) {
     page_set_flags(pg, pg->flags & (uint8_t)~PAGE_FULL);
     if (page_used(pg) == 0) { pageq_remove(&h->full, pg); segment_page_free(pg); }
   }
+  hm_assert(h->spare_slices == 0 && !atomic_load_explicit(&h->delayed, memory_order_relaxed));
   /* 4. empty segments leave; the rest are abandoned, each unlinked from the
    * heap before it joins the global list (it cannot be on both).  Their free
    * slices stay resident for the delay of abandoned segments, for a thread
@@ -762,6 +841,7 @@ static void heap_done(heap_t *h) {
   while (h->segments) {
     segment_t *s = h->segments;
     segment_unlink(h, s);
+    hm_assert(s->heap == h && s->used_slices != 1);   /* (the empty ones left above) */
     uint64_t due = segment_abandon(s);
     if (due && (!pending || due < pending)) pending = due;
   }
@@ -778,6 +858,7 @@ static void heap_release(heap_t *h) {
   remote_close(h);                   /* (before the lock: it frees) */
   lock_raw(h);
   heap_done(h);
+  hm_assert(!h->segments && h->fit_map[0] == 0 && h->fit_map[1] == 0);   /* nothing left */
   heap_gone(h);
   unlock_raw(h);
   hm_tls_heap = self;
@@ -786,6 +867,7 @@ static void heap_release(heap_t *h) {
 
 /* (h locked) h holds nothing any more: the purger passes it by. */
 void heap_gone(heap_t *h) {
+  hm_assert(heap_held(h));
   h->live = false;
   atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
 }
@@ -811,10 +893,12 @@ void heap_recycle(heap_t *h) {
 #define PARK_MS  1000
 static void heap_park(heap_t *h) {
   lock_raw(h);
+  hm_validate(h);
   tcache_flush(h);
   heap_collect_all(h);
   segment_purge_reset_delay(h);
   heap_give_back(h);
+  hm_validate(h);
   uint64_t now = os_now_ms(), look = now + h->purge_delay_ms;
   atomic_store_explicit(&h->parked_ms, now, memory_order_relaxed);
   unlock_raw(h);

@@ -31,6 +31,22 @@
 #define likely(x)     __builtin_expect(!!(x), 1)
 #define unlikely(x)   __builtin_expect(!!(x), 0)
 
+/* An invariant the code relies on.  The debug build (make debug, -DHM_DEBUG)
+ * checks it and reports a false one as "hakmem: assertion failed: <expr>
+ * (file:line)" before it aborts (report.c: no allocation, no lock); the
+ * release build compiles it to nothing (the condition is type-checked, never
+ * evaluated).  Only for what the calling thread reads consistently: not for
+ * what other threads change without a lock (thread_free, the delayed list,
+ * another heap's pages). */
+#ifdef HM_DEBUG
+#define HM_DEBUG_ON 1
+__attribute__((noreturn, cold)) void hm_assert_fail(const char *expr, const char *file, int line);
+#define hm_assert(cond) (likely(cond) ? (void)0 : hm_assert_fail(#cond, __FILE__, __LINE__))
+#else
+#define HM_DEBUG_ON 0
+#define hm_assert(cond) ((void)sizeof(!(cond)))
+#endif
+
 /* Built under a sanitizer (GCC's macros, or clang's __has_feature). */
 #if defined(__SANITIZE_ADDRESS__)
 #define HM_ASAN 1
@@ -135,6 +151,7 @@ static inline size_t class_size(size_t c) {
  * to the next block, encoded with the heap's tc_key. */
 #define TC_MIN      CLASS_4K
 #define TC_CLASSES  (CLASSES - TC_MIN)           /* up to 256 KiB (MEDIUM_MAX) */
+#define TC_MAX      64                           /* blocks a cache holds at most */
 static inline bool class_cached(size_t c) { return c - TC_MIN < TC_CLASSES; }   /* has a thread cache */
 #define CLASS_OVER_32K (TC_MIN + 14)             /* the first class above 32 KiB */
 extern bool hm_tc_fast[CLASSES];                 /* class c's cache is malloc's and free's list */
@@ -505,6 +522,9 @@ typedef struct heap_s {
   _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
   _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
+#if HM_DEBUG_ON
+  _Atomic(const void *) holder;  /* (debug build) the thread holding the lock (heap_held) */
+#endif
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
   _Atomic uint64_t parked_ms;    /* when its thread left it parked, 0 while a thread owns it
                                     (the purger reads it: a parked heap is never busy) */
@@ -538,7 +558,7 @@ static inline void heap_page_keys(heap_t *h, page_t *pg) {
   uint64_t mark = heap_rand(h);
   page_set_key(pg, mark, heap_rand(h) ^ h->tc_key);
 }
-#define HEAP_RESET_SIZE offsetof(heap_t, lock)
+#define HEAP_RESET_SIZE offsetof(heap_t, owner_in)   /* (the lock is held across the reset) */
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */
@@ -652,6 +672,13 @@ void    heap_enter(heap_t *h);                     /* the owner's slow paths hol
 void    heap_leave(heap_t *h);
 bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
 void    heap_unlock(heap_t *h);
+bool    heap_held(const heap_t *h);                /* (debug build: hm_assert) this thread holds h's lock */
+void    heap_validate(heap_t *h);                  /* (debug build, h locked) check the whole heap (debug.c) */
+#if HM_DEBUG_ON
+#define hm_validate(h) heap_validate(h)
+#else
+#define hm_validate(h) ((void)(h))
+#endif
 void    heap_page_retire_locked(heap_t *h, page_t *pg);
 void    heap_collect_all(heap_t *h);                /* (owner, locked) collect everything, free empty pages */
 void    heap_wake_idle(heap_t *h);                 /* a remote free reached a heap the purger trimmed */

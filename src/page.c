@@ -13,10 +13,13 @@
 
 void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   segment_t *s = segment_of(pg);
+  hm_assert(heap_held(h) && s->heap == h && cls < CLASSES && block_size == class_size(cls));
+  hm_assert(pg->slices > 0 && pg->slice + pg->slices <= SLICES && s->slice_page[pg->slice] == pg);
   pg->start = page_run(pg);
   pg->block_size = block_size;
   size_t span = pg->slices * SLICE_SIZE - secure_guard();        /* secure mode: a guard page at the end */
   pg->reserved = (uint32_t)(span / block_size);
+  hm_assert(pg->reserved > 0 && pg->reserved <= SLICE_SIZE / 16);   /* (the secure bitmap's room) */
   if (hm_secure) {
     secure_page_guard(s, pg->slice, pg->slices);
     secure_page_init(pg);
@@ -43,6 +46,8 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
  * four at a time (only their first two words are touched). */
 #define EXTEND_SIZE (4 * 1024)
 bool page_extend(page_t *pg) {
+  hm_assert(pg->cls < CLASSES && pg->capacity <= pg->reserved);
+  hm_assert(heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));
   size_t left = pg->reserved - pg->capacity;
   if (!left) return false;
   size_t n = EXTEND_SIZE / pg->block_size;
@@ -59,6 +64,8 @@ bool page_extend(page_t *pg) {
   }
   pg->capacity += (uint32_t)n;
   page_set_area(pg, (size_t)pg->capacity * pg->block_size);
+  hm_assert(pg->capacity <= pg->reserved && page_area(pg) <= (size_t)pg->slices * SLICE_SIZE);
+  hm_assert(pg->free - (uintptr_t)pg->start < page_area(pg));
   return true;
 }
 
@@ -69,6 +76,10 @@ bool page_extend(page_t *pg) {
  * list is walked, every link checked, and spliced in front. */
 void page_collect(page_t *pg) {
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  /* the owner's (locked), or an abandoned page's (abandoned_lock, segment.c) */
+  hm_assert(!atomic_load_explicit(&pg->heap, memory_order_relaxed) ||
+            heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));
+  hm_assert(pg->cls < CLASSES || pg->cls == CLASS_LARGE);
   if (!TF_PTR(tf)) return;
   while (!atomic_compare_exchange_weak_explicit(&pg->thread_free, &tf, tf & TF_MASK,
                                                 memory_order_acquire, memory_order_relaxed)) {}
@@ -87,6 +98,7 @@ void page_collect(page_t *pg) {
     }
     block_set_free(pg, (void *)tail, pg->free);
   }
+  hm_assert(head - (uintptr_t)pg->start < page_area(pg) && (head - (uintptr_t)pg->start) % pg->block_size == 0);
   pg->free = head;
   page_set_used(pg, used - n);
   if (unlikely(hm_slow_mode)) stat_count(STAT_REMOTE_RECEIVED, n);
@@ -102,6 +114,7 @@ static void check_link(page_t *pg, uintptr_t q) {
  * the slow confirmation of a suspected double free.  A bad link on the way is
  * reported. */
 bool page_contains_free(page_t *pg, uintptr_t b) {
+  hm_assert(heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));   /* the owner's lists */
   uint32_t limit = pg->capacity + 1;
   for (uintptr_t q = pg->free; q && limit--; q = block_next(pg, q)) {
     check_link(pg, q);
@@ -120,13 +133,18 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
  * pg's lists or in h's thread cache?  (A block in h's inbox does not look
  * free: its sender leaves it as it was.) */
 bool page_block_free(heap_t *h, page_t *pg, const void *b) {
+  hm_assert(heap_held(h) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
   return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b);
 }
 
 /* The owner frees a block on a page that is parked or looks double-freed. */
 void page_free_local_slow(page_t *pg, block_t *b) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  hm_assert(heap_held(h) && pg->cls < CLASSES);
+  hm_assert((uintptr_t)b - (uintptr_t)pg->start < page_area(pg) &&
+            ((uintptr_t)b - (uintptr_t)pg->start) % pg->block_size == 0);
   if (block_looks_free(pg, b) && page_block_free(h, pg, b)) hm_fatal("double free", b, pg);
+  hm_assert(page_used(pg) > 0 && page_used(pg) <= pg->capacity);   /* b was in use */
   block_set_free(pg, b, pg->free);
   pg->free = (uintptr_t)b;
   if (pg->flags & PAGE_FULL) page_unpark(h, pg);
@@ -142,6 +160,7 @@ void page_free_local_slow(page_t *pg, block_t *b) {
  * class).  A page with nothing handed out is left to its owner, who is about
  * to retire it. */
 bool page_unreachable(page_t *pg, uint32_t elsewhere) {
+  hm_assert(heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));   /* (the purger) */
   uint32_t used = count_load_acquire(&pg->used);
   if (used == 0 || used < elsewhere) return false;
   uint32_t want = used - elsewhere, n = 0;
@@ -161,6 +180,9 @@ bool page_unreachable(page_t *pg, uint32_t elsewhere) {
  * we hold a pointer to them. */
 void page_free_remote(page_t *pg, block_t *b) {
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
+  hm_assert(pg->cls < CLASSES || pg->cls == CLASS_LARGE);
+  hm_assert((uintptr_t)b - (uintptr_t)pg->start < page_area(pg) &&
+            ((uintptr_t)b - (uintptr_t)pg->start) % pg->block_size == 0);
   block_mark_free(pg, b);                      /* free from now on, whichever list it joins */
   for (;;) {
     if ((tf & TF_MASK) == TF_NOTIFY) {
@@ -185,6 +207,8 @@ void page_free_remote(page_t *pg, block_t *b) {
  * block's page (delayed_next decodes it). */
 void delayed_push(heap_t *h, block_t *first, block_t *last) {
   const page_t *lp = page_of(segment_of(last), last);
+  hm_assert(h != NULL && h != &hm_heap_empty);   /* (TF_NOTIFY: the page's owner is set) */
+  hm_assert(lp->slices && (uintptr_t)last - (uintptr_t)lp->start < page_area(lp));
   uintptr_t d = atomic_load_explicit(&h->delayed, memory_order_relaxed);
   do block_set_free(lp, last, d);
   while (!atomic_compare_exchange_weak_explicit(&h->delayed, &d, (uintptr_t)first,
@@ -194,6 +218,7 @@ void delayed_push(heap_t *h, block_t *first, block_t *last) {
 /* Wait until no remote thread is in the middle of handing a block of pg to
  * its owner (a few instructions at most), then set the state to st. */
 void page_set_tf_state(page_t *pg, uintptr_t st) {
+  hm_assert(st == TF_NORMAL || st == TF_NOTIFY);
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire);
   for (;;) {
     if ((tf & TF_MASK) == TF_BUSY) {
@@ -210,12 +235,20 @@ void page_set_tf_state(page_t *pg, uintptr_t st) {
 /* Try to mark a full page NOTIFY; fails (false) if remote frees are pending,
  * in which case the caller should collect them instead of parking. */
 bool page_try_notify(page_t *pg) {
+  hm_assert(pg->cls < CLASSES || pg->cls == CLASS_LARGE);
   uintptr_t expect = TF_NORMAL;
   return atomic_compare_exchange_strong_explicit(&pg->thread_free, &expect, TF_NOTIFY,
                                                  memory_order_acq_rel, memory_order_relaxed);
 }
 
+/* A queue's ends agree: empty at both, or no page before the first and none
+ * after the last.  (For hm_assert: the release build only type-checks it.) */
+static inline __attribute__((unused)) bool pageq_ends(const pageq_t *q) {
+  return !q->first == !q->last && (!q->first || (!q->first->prev && !q->last->next));
+}
+
 void pageq_push(pageq_t *q, page_t *pg) {
+  hm_assert(pageq_ends(q) && q->first != pg && q->last != pg);
   pg->next = NULL;
   pg->prev = q->last;
   if (q->last) q->last->next = pg; else q->first = pg;
@@ -223,6 +256,7 @@ void pageq_push(pageq_t *q, page_t *pg) {
 }
 
 void pageq_push_front(pageq_t *q, page_t *pg) {
+  hm_assert(pageq_ends(q) && q->first != pg && q->last != pg);
   pg->prev = NULL;
   pg->next = q->first;
   if (q->first) q->first->prev = pg; else q->last = pg;
@@ -230,6 +264,7 @@ void pageq_push_front(pageq_t *q, page_t *pg) {
 }
 
 void pageq_insert_after(pageq_t *q, page_t *at, page_t *pg) {
+  hm_assert(pageq_ends(q) && at && at != pg && (at->next ? at->next->prev == at : q->last == at));
   pg->prev = at;
   pg->next = at->next;
   if (at->next) at->next->prev = pg; else q->last = pg;
@@ -237,9 +272,13 @@ void pageq_insert_after(pageq_t *q, page_t *at, page_t *pg) {
 }
 
 void pageq_remove(pageq_t *q, page_t *pg) {
+  /* pg is on q: its neighbours point at it, or q's ends do */
+  hm_assert(pg->prev ? pg->prev->next == pg : q->first == pg);
+  hm_assert(pg->next ? pg->next->prev == pg : q->last == pg);
   if (pg->prev) pg->prev->next = pg->next; else q->first = pg->next;
   if (pg->next) pg->next->prev = pg->prev; else q->last = pg->prev;
   pg->next = pg->prev = NULL;
+  hm_assert(pageq_ends(q));
 }
 
 /* A link that hm_list_take's inline check did not pass (hot.h), t = next ^ b:

@@ -103,7 +103,10 @@ static void wake_by(uint64_t when, bool closely) {
   pthread_mutex_unlock(&wake_lock);
 }
 
-void purge_arm(uint64_t when) { wake_by(when, true); }
+void purge_arm(uint64_t when) {
+  hm_assert(when != 0);                      /* (0 means "no deadline") */
+  wake_by(when, true);
+}
 
 /* A new heap (heap_get): a second one wants the purger started; and the
  * purger asleep with nothing to watch would not look at it until armed, so
@@ -134,6 +137,7 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
       if (!atomic_load_explicit(&h->parked_ms, memory_order_relaxed)) { watching = true; continue; }
     }
     if (!heap_trylock(h)) { watching = true; continue; }
+    hm_assert(heap_held(h) && in_purger);
     /* Idle before the trim looks at what other threads sent the heap (its
      * inbox, delayed list, pages' remote lists): one that sends after the
      * look sees the mark and wakes the purger (heap_idle).  Marked after the
@@ -146,6 +150,7 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
       atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
     }
     heap_unlock(h);
+    hm_assert(!heap_held(h));
   }
   next = min_due(next, heap_parked_tidy(now));
   size_t abandoned;                          /* (their late remote frees reach nobody) */
@@ -167,6 +172,7 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
  * by whoever starts the next one or sees the last heap go (reap). */
 static bool leave(void) {
   int st = RUNNING;
+  hm_assert(in_purger);
   if (!atomic_compare_exchange_strong(&state, &st, STOPPING)) return false;
   left = pthread_self();
   atomic_store_explicit(&unjoined, true, memory_order_release);
@@ -219,6 +225,7 @@ static void *purger_main(void *arg) {
 /* Stop the purger and wait until it is gone (no heap lock held). */
 static void purge_stop(void) {
   int st = RUNNING;
+  hm_assert(!in_purger);                     /* (it would join itself) */
   if (!atomic_compare_exchange_strong(&state, &st, STOPPING)) return;
   pthread_mutex_lock(&wake_lock);
   stop = true;
@@ -283,6 +290,7 @@ void purge_exit(void) {
 /* The purger's thread, state STARTING.  Called where no heap lock is held
  * (pthread_create allocates). */
 static void start(void) {
+  hm_assert(atomic_load_explicit(&state, memory_order_relaxed) == STARTING && !in_purger);
   atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
   reap();
   if (!cond_made) {
@@ -332,6 +340,7 @@ void purge_idle_heaps(heap_t *except) {
   heap_parked_tidy(UINT64_MAX);              /* parked heaps go for good */
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
     if (h == except || !heap_trylock(h)) continue;
+    hm_assert(heap_held(h));
     if (h->live) {
       if (hm_secure) secure_flush_held(h);     /* (its blocks go back as remote frees) */
       heap_trim_idle(h);

@@ -54,6 +54,7 @@ void remote_process_init(bool fence) { hm_remote_on = fence && !hm_slow_mode; }
  * thread_free with one CAS.  False, with b's first word as it was, when the
  * page is parked or being handed over (TF state set). */
 static bool push_one(page_t *pg, block_t *b, heap_t *owner) {
+  hm_assert((pg->cls < CLASSES || pg->cls == CLASS_LARGE) && owner != NULL);   /* (large: parked, refused) */
   uintptr_t data = b[0].word, tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
   block_mark_free(pg, b);
   do {
@@ -84,6 +85,7 @@ static void rb_home(rbuf_t *o) {
  * none is back).  (owner, tc_busy) */
 static rbuf_t *rb_take(heap_t *h) {
   rbuf_t *o = h->rb_spare;
+  hm_assert(h->rb_made <= RB_MAX && !h->rb_spares == !o);
   if (o) {
     h->rb_spare = o->next;
     h->rb_spares--;
@@ -107,6 +109,7 @@ static rbuf_t *rb_take(heap_t *h) {
 static void free_unbuffered(block_t *b, heap_t *to, bool direct) {
   segment_t *s = segment_of(b);
   page_t *pg = page_of(s, b);
+  hm_assert(segment_known(b) && pg->slices > 0 && (pg->cls < CLASSES || pg->cls == CLASS_LARGE));
   if (pg->cls == CLASS_LARGE) hm_free_release(s, pg, b, true);
   else if (direct) free_one(pg, b, to);
   else hm_free_slow(b, true);
@@ -117,6 +120,7 @@ static void free_unbuffered(block_t *b, heap_t *to, bool direct) {
  * heap is not locked: a block whose owner exited may be freed into it. */
 void remote_send(rbuf_t *o) {
   heap_t *to = o->to;
+  hm_assert(to && o->home && o->n > 0 && o->n <= RB_BLOCKS);
   /* An owner that is not collecting (RB_DEPTH buffers wait in its inbox)
    * gets the blocks on its pages' thread_free lists instead, as unbuffered;
    * one that exited, through free's slow path (which may adopt the page). */
@@ -144,6 +148,7 @@ void remote_send(rbuf_t *o) {
 /* free's fast path found no room for b (a block of pg, owned by to) in h's
  * buffer: send the buffer, start another. */
 void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
+  hm_assert(to != NULL && to != h && (pg->cls < CLASSES || pg->cls == CLASS_LARGE));
   uint32_t size = pg->cls < CLASS_OVER_32K ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
   if (!hm_remote_on || size == RB_BYTES || to->user || (h == &hm_heap_empty && !(h = heap_get()))) {
     free_one(pg, b, to);                        /* (a block of RB_BYTES or more, or of a first-class
@@ -162,6 +167,7 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
       o->block[o->n++] = b;
       o->bytes += size;
       kept = true;
+      hm_assert(o->n <= RB_BLOCKS);
       if (o->bytes >= RB_BYTES) {               /* big blocks go back soon */
         send = o;
         atomic_store_explicit(slot, NULL, memory_order_relaxed);
@@ -189,8 +195,10 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
  * path would: their senders did not read them, so this is where a block freed
  * twice is caught (the second time it looks free). */
 static void collect(heap_t *h, rbuf_t *o) {
+  hm_assert(!heap_held(h) && o != INBOX_CLOSED);
   while (o) {
     rbuf_t *next = o->next;
+    hm_assert(o->to == h && o->n > 0 && o->n <= RB_BLOCKS);   /* buffers of h's blocks */
     for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
     for (uint32_t i = 0; i < o->n; i++) {
       block_t *b = o->block[i];
@@ -203,6 +211,7 @@ static void collect(heap_t *h, rbuf_t *o) {
         hm_free_block(b, true, 0);              /* a cached class, a parked page, a double free... */
     }
     if (h->rb_spares < RB_SPARES) {
+      hm_assert(o->home != NULL);
       o->next = h->rb_spare;
       h->rb_spare = o;
       h->rb_spares++;
@@ -224,6 +233,7 @@ bool remote_held(heap_t *h) {
 /* Send h's buffers now (the owner, no lock held): the heap tick, malloc_trim. */
 void remote_flush(heap_t *h) {
   rbuf_t *o[RB_SLOTS];
+  hm_assert(!heap_held(h));
   if (!hm_remote_on) return;
   /* The purger may be taking them (tc_stop up for a moment): if it finds this
    * thread busy it leaves them, so wait for it rather than skip them (at the
@@ -235,6 +245,7 @@ void remote_flush(heap_t *h) {
   for (size_t i = 0; i < RB_SLOTS; i++) {
     o[i] = atomic_load_explicit(&h->out[i], memory_order_relaxed);
     atomic_store_explicit(&h->out[i], NULL, memory_order_relaxed);
+    hm_assert(!o[i] || (o[i]->n > 0 && o[i]->n <= RB_BLOCKS));
   }
   tc_leave(h);
   for (size_t i = 0; i < RB_SLOTS; i++)
@@ -244,6 +255,7 @@ void remote_flush(heap_t *h) {
 /* The thread exits (no lock held): close the inbox, free what it holds, send
  * the buffer, give the spares back. */
 void remote_close(heap_t *h) {
+  hm_assert(!heap_held(h));
   collect(h, atomic_exchange_explicit(&h->inbox, INBOX_CLOSED, memory_order_acquire));
   remote_flush(h);
   for (rbuf_t *o = h->rb_spare, *next; o; o = next) {
@@ -252,6 +264,7 @@ void remote_close(heap_t *h) {
   }
   h->rb_spare = NULL;
   h->rb_spares = 0;
+  hm_assert(atomic_load_explicit(&h->inbox, memory_order_relaxed) == INBOX_CLOSED);   /* it stays closed */
 }
 
 /* A new thread's heap (maybe a recycled one) takes frees again. */
@@ -263,6 +276,7 @@ void remote_open(heap_t *h) { atomic_store_explicit(&h->inbox, NULL, memory_orde
  * thread_free lists, as any other thread's frees (and, as theirs, tested by
  * their look: the owner's lists are not ours to walk). */
 void remote_take(heap_t *h) {
+  hm_assert(heap_held(h));
   /* (a compare-exchange: an owner exiting meanwhile may have closed it, and
    * it stays closed) */
   rbuf_t *o = atomic_load_explicit(&h->inbox, memory_order_relaxed);
@@ -271,6 +285,7 @@ void remote_take(heap_t *h) {
   if (o == INBOX_CLOSED) return;
   while (o) {
     rbuf_t *next = o->next;
+    hm_assert(o->to == h && o->n > 0 && o->n <= RB_BLOCKS);
     for (uint32_t i = 0; i < o->n; i++) {
       block_t *b = o->block[i];
       page_t *pg = page_of(segment_of(b), b);

@@ -41,3 +41,10 @@ void hm_fatal(const char *what, const void *p, const page_t *pg) {
     hm_warn("hakmem: %s: pointer %p\n", what, p);
   abort();
 }
+
+#if HM_DEBUG_ON
+void hm_assert_fail(const char *expr, const char *file, int line) {
+  hm_warn("hakmem: assertion failed: %s (%s:%d)\n", expr, file, line);
+  abort();
+}
+#endif

@@ -92,6 +92,7 @@ static void check_fill(page_t *pg, const uint8_t *b, size_t from) {
  * link them, in random order, in front of the page's free list. */
 void secure_carve(page_t *pg, uint8_t *first, size_t n) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  hm_assert(n > 0 && n <= UINT16_MAX + 1 && first + n * pg->block_size <= pg->start + (size_t)pg->reserved * pg->block_size);
   uint16_t order[n];
   for (size_t i = 0; i < n; i++) {
     order[i] = (uint16_t)i;
@@ -114,6 +115,7 @@ void secure_carve(page_t *pg, uint8_t *first, size_t n) {
 
 void *secure_pop(page_t *pg) {
   uint8_t *b = (uint8_t *)pg->free;
+  hm_assert(b && heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)) && page_used(pg) < pg->capacity);
   uintptr_t next = block_next(pg, (uintptr_t)b);
   if (!block_looks_free(pg, b) || (next && !hm_block_start(pg, next - (uintptr_t)pg->start)))
     hm_fatal("corrupted free list (a write to a freed block?)", b, pg);
@@ -137,10 +139,13 @@ typedef struct quarantine_s {
 /* The oldest block of h's quarantine, taken out, or NULL; h's lock held. */
 static void *quarantine_take(heap_t *h) {
   quarantine_t *q = h->quarantine;
+  hm_assert(heap_held(h));
   if (!q || !q->count) return NULL;
   void *p = q->slot[q->head];
+  hm_assert(q->count <= QUARANTINE_BLOCKS && q->head < QUARANTINE_BLOCKS && segment_known(p));
   q->head = (q->head + 1) % QUARANTINE_BLOCKS;
   q->count--;
+  hm_assert(q->bytes >= page_of(segment_of(p), p)->block_size);
   q->bytes -= page_of(segment_of(p), p)->block_size;
   return p;
 }

@@ -78,6 +78,7 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *registry;
 
 static void registry_add(segment_t *s) {
+  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && s->size > 0);
   pthread_mutex_lock(&registry_lock);
   s->all_prev = NULL;
   s->all_next = registry;
@@ -86,6 +87,8 @@ static void registry_add(segment_t *s) {
   pthread_mutex_unlock(&registry_lock);
 }
 static void registry_remove(segment_t *s) {
+  hm_assert(s->all_prev ? s->all_prev->all_next == s : registry == s);   /* registered */
+  hm_assert(!s->all_next || s->all_next->all_prev == s);
   if (s->all_prev) s->all_prev->all_next = s->all_next; else registry = s->all_next;
   if (s->all_next) s->all_next->all_prev = s->all_prev;
 }
@@ -97,6 +100,7 @@ static void segment_unmap(segment_t *s) {
 }
 
 static void segmap_set(segment_t *s, uint8_t v) {
+  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && ((uintptr_t)s >> SEG_SHIFT) < SEGMAP_SIZE && v <= SEGMAP_HUGE);
   atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], v, memory_order_release);
 }
 
@@ -107,6 +111,8 @@ static void list_push(segment_t **head, segment_t *s) {
   *head = s;
 }
 static void list_remove(segment_t **head, segment_t *s) {
+  hm_assert(s->prev ? s->prev->next == s : *head == s);          /* s is on the list */
+  hm_assert(!s->next || s->next->prev == s);
   if (s->prev) s->prev->next = s->next; else *head = s->next;
   if (s->next) s->next->prev = s->prev;
   s->next = s->prev = NULL;
@@ -118,12 +124,14 @@ static void segq_push(segq_t *q, segment_t *s) {
   if (!q->last) q->last = s;
 }
 static void segq_remove(segq_t *q, segment_t *s) {
+  hm_assert(q->first && q->last && !q->last->next && (q->last != s || !s->next));
   if (q->last == s) q->last = s->prev;
   list_remove(&q->first, s);
 }
 
 /* The lowest run of set bits of m (not 0): its first bit *i, length *n, mask. */
 static uint64_t first_run(uint64_t m, unsigned *i, unsigned *n) {
+  hm_assert(m != 0);
   *i = (unsigned)__builtin_ctzll(m);
   uint64_t rest = ~(m >> *i);                             /* zero bits: the run */
   *n = rest ? (unsigned)__builtin_ctzll(rest) : 64 - *i;
@@ -150,6 +158,7 @@ static unsigned longest_run(uint64_t m) {
 static void fit_unlink(heap_t *h, segment_t *s, int k) {
   unsigned r = s->fit_run[k];
   if (!r) return;
+  hm_assert(r < SLICES && (h->fit_map[k] >> r & 1) && (s->fit_prev[k] ? s->fit_prev[k]->fit_next[k] == s : h->fit[k][r] == s));
   if (s->fit_prev[k]) s->fit_prev[k]->fit_next[k] = s->fit_next[k];
   else if (!(h->fit[k][r] = s->fit_next[k])) h->fit_map[k] &= ~(1ull << r);
   if (s->fit_next[k]) s->fit_next[k]->fit_prev[k] = s->fit_prev[k];
@@ -157,6 +166,7 @@ static void fit_unlink(heap_t *h, segment_t *s, int k) {
 }
 
 static void fit_link(heap_t *h, segment_t *s, int k, unsigned r) {
+  hm_assert(r < SLICES && s->heap == h);
   s->fit_run[k] = (uint8_t)r;
   if (!r) return;
   s->fit_prev[k] = NULL;
@@ -170,6 +180,7 @@ static void fit_link(heap_t *h, segment_t *s, int k, unsigned r) {
 static void segment_index(segment_t *s) {
   heap_t *h = s->heap;
   if (!h) return;
+  hm_assert((s->used_slices & 1) && !(s->dirty_slices & s->used_slices) && !(s->aged_slices & ~s->dirty_slices));
   uint64_t free = ~s->used_slices, resident = free & s->dirty_slices;
   unsigned r[2] = { longest_run(free), 0 };
   r[1] = resident == free ? r[0] : longest_run(resident);   /* (mostly one or the other) */
@@ -189,6 +200,7 @@ static void segment_unindex(heap_t *h, segment_t *s) {
  * holds n slices, or NULL. */
 static segment_t *fit_find(heap_t *h, int k, size_t n) {
   uint64_t bins = h->fit_map[k] & (~0ull << n);
+  hm_assert(n > 0 && n < SLICES && (!bins || h->fit[k][__builtin_ctzll(bins)]->fit_run[k] >= n));
   return bins ? h->fit[k][__builtin_ctzll(bins)] : NULL;
 }
 
@@ -218,6 +230,7 @@ static bool too_early(uint64_t then, uint64_t now, uint64_t delay) {
 
 static segment_t *segment_new(heap_t *h) {
   segment_t *s = NULL;
+  hm_assert(heap_held(h));
   bool fresh = false;
   pthread_mutex_lock(&cache_lock);
   if (cache.first || cache_cold.first) {
@@ -253,6 +266,7 @@ static segment_t *segment_new(heap_t *h) {
   }
   pthread_mutex_unlock(&cache_lock);
   if (!s) return NULL;
+  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
     if (hm_options.hugepages >= 2) os_hugepage(s, SEG_SIZE);
@@ -272,6 +286,7 @@ static segment_t *segment_new(heap_t *h) {
     schedule_purge(h, s, os_now_ms());
   }
   segment_index(s);
+  hm_assert(s->heap == h && s->used_slices == 1 && s->pages_map == 0 && s->pages_used == 0);
   return s;
 }
 
@@ -303,10 +318,12 @@ static void segment_purge(segment_t *s, uint64_t mask) {
   }
   s->dirty_slices &= ~mask;
   s->aged_slices &= ~mask;
+  hm_assert(!(s->purged_slices & s->used_slices));
   segment_index(s);
 }
 
 void segment_unlink(heap_t *h, segment_t *s) {
+  hm_assert(heap_held(h) && s->heap == h);
   segment_unindex(h, s);
   list_remove(&h->segments, s);
 }
@@ -315,6 +332,7 @@ void segment_unlink(heap_t *h, segment_t *s) {
  * the newest back; a sorted insert here held the lock for the walk), to go
  * once it has waited the delay (purge_ms, unused while retired). */
 static void retire(segment_t *s, uint64_t now) {
+  hm_assert(!s->heap && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
   retired_delay_ms = purge_delay_floor(retired_delay_ms);
   s->purge_ms = now + retired_delay_ms;
   segq_push(&retired, s);
@@ -372,6 +390,7 @@ static void unmap_runs(segment_t *s) {
     pthread_mutex_lock(&registry_lock);
     while (s && (uint8_t *)s == end) {
       segment_t *next = s->next;
+      hm_assert(!s->heap && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
       end += s->size;
       registry_remove(s);
       stat_dec(STAT_SEGMENTS);
@@ -507,6 +526,8 @@ static segment_t *drop_with_neighbours(segment_t *s) {
  * purged there after the delay; the oldest beyond the cache's size is
  * unmapped. */
 static void segment_discard(segment_t *s) {
+  hm_assert(s->used_slices == 1 && s->pages_map == 0 && s->pages_used == 0 && s->size == SEG_SIZE);   /* empty */
+  hm_assert(!atomic_load_explicit(&s->abandoned, memory_order_relaxed));
   segmap_set(s, 0);
   s->heap = NULL;
   uint64_t now = os_now_ms();
@@ -555,6 +576,7 @@ uint64_t segment_cache_decay(void) { return cache_decay_now(os_now_ms(), true); 
 
 /* An empty segment leaves its heap. */
 void segment_release_empty(heap_t *h, segment_t *s) {
+  hm_assert(s->used_slices == 1);
   segment_unlink(h, s);
   segment_discard(s);
 }
@@ -590,11 +612,13 @@ static int find_run(uint64_t used, size_t n) {
   uint64_t free = ~used, r = free;
   for (size_t i = 1; i < n && r; i++) r &= free >> i;
   if (n > 1) r &= (n >= 64) ? 0 : ~0ull >> (n - 1);   /* the run must fit below slice 64 */
+  hm_assert(n > 0 && (!r || !(used & slice_run((size_t)__builtin_ctzll(r), n))));
   return r ? __builtin_ctzll(r) : -1;
 }
 
 page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   segment_t *s = NULL;
+  hm_assert(heap_held(h) && n > 0 && n < SLICES && (cls < CLASSES || cls == CLASS_LARGE));
   int i = -1;
   /* Reuse still-resident slices first (k = 1): no page faults, nothing to
    * purge.  A tight request goes to the segment with the least room that
@@ -623,6 +647,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
     i = find_run(s->used_slices, n);
   }
   uint64_t mask = slice_run(i, n);
+  hm_assert(s->heap == h && i > 0 && (size_t)i + n <= SLICES && !(s->used_slices & mask));
   int d = __builtin_ctzll(~s->pages_map);     /* (at most 63 pages: one is free) */
   page_t *pg = &s->pages[d];
   memset(pg, 0, sizeof *pg);
@@ -640,6 +665,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   s->dirty_slices &= ~mask;
   s->aged_slices &= ~mask;
   s->pages_used++;
+  hm_assert(s->pages_used == (uint32_t)__builtin_popcountll(s->pages_map));
   segment_index(s);
   return pg;
 }
@@ -648,6 +674,8 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
 static void page_slices_free(segment_t *s, page_t *pg) {
   size_t i = pg->slice, n = pg->slices;
   uint64_t mask = slice_run(i, n);
+  hm_assert(n > 0 && (s->used_slices & mask) == mask && s->slice_page[i] == pg && s->slice_page[i + n - 1] == pg);
+  hm_assert((s->pages_map >> (pg - s->pages) & 1) && s->pages_used > 0);
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = &hm_page_invalid;
   pg->slices = 0;
   s->pages_map &= ~(1ull << (pg - s->pages));
@@ -663,6 +691,7 @@ static void page_slices_free(segment_t *s, page_t *pg) {
  * leaves unless it is the heap's only segment (segment_purge_due).  Returns
  * true if s was released. */
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now) {
+  hm_assert(s->heap == h && (s->purge_ms || now));
   if (!s->purge_ms) {
     s->purge_ms = now + h->purge_delay_ms;
     purge_arm(s->purge_ms);          /* in case this thread goes quiet before then */
@@ -673,6 +702,7 @@ static void schedule_purge(heap_t *h, segment_t *s, uint64_t now) {
 /* A segment that became empty leaves at once (to the shared cache) unless it
  * is its heap's only one. */
 static bool segment_after_free(heap_t *h, segment_t *s) {
+  hm_assert(heap_held(h) && s->heap == h);
   if (s->used_slices == 1 && (h->segments != s || s->next)) {
     segment_release_empty(h, s);
     return true;
@@ -686,6 +716,7 @@ static bool segment_after_free(heap_t *h, segment_t *s) {
 
 void segment_page_free(page_t *pg) {
   segment_t *s = segment_of(pg);
+  hm_assert(s->heap && atomic_load_explicit(&pg->heap, memory_order_relaxed) == s->heap);
   page_slices_free(s, pg);
   segment_after_free(s->heap, s);
 }
@@ -696,6 +727,7 @@ bool segment_large_resize(page_t *pg, size_t slices) {
   if (hm_secure) return false;                /* (its guard page would have to move) */
   segment_t *s = segment_of(pg);
   size_t i = pg->slice, n = pg->slices;
+  hm_assert(pg->cls == CLASS_LARGE && slices > 0 && s->heap && heap_held(s->heap));
   if (slices == n) return true;
   if (slices < n) {
     uint64_t tail = slice_run(i + slices, n - slices);
@@ -716,6 +748,7 @@ bool segment_large_resize(page_t *pg, size_t slices) {
     segment_index(s);
   }
   pg->slices = (uint8_t)slices;
+  hm_assert(s->slice_page[i + slices - 1] == pg && (i + slices == SLICES || s->slice_page[i + slices] != pg));
   pg->block_size = (size_t)((uint8_t *)s + (i + slices) * SLICE_SIZE - pg->start);
   page_set_magic(pg, true);
   page_set_area(pg, pg->block_size);
@@ -748,9 +781,11 @@ static unsigned busy_keep(heap_t *h) {
 bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
   uint64_t now = os_now_ms(), next = 0;
   bool watched_released = false;
+  hm_assert(heap_held(h));
   unsigned keep = mode == PURGE_BUSY ? busy_keep(h) : 0;
   for (segment_t *s = h->segments, *snext; s; s = snext) {
     snext = s->next;
+    hm_assert(s->heap == h);
     if (s->used_slices == 1 && (h->segments != s || s->next)) {
       watched_released |= s == watch;       /* empty: leave the heap */
       segment_release_empty(h, s);
@@ -778,6 +813,7 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
     s->purge_ms = s->dirty_slices ? now + h->purge_delay_ms : 0;
     if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms;
   }
+  hm_assert(!next || next >= now);   /* (the due ones were purged or rescheduled) */
   h->next_purge_ms = next;
   return watched_released;
 }
@@ -785,6 +821,7 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
 /* h's thread left it (heap_park): the delay its reuse pattern grew goes with
  * it, and no segment waits longer than the base delay for its purge. */
 void segment_purge_reset_delay(heap_t *h) {
+  hm_assert(heap_held(h));
   h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
   uint64_t by = os_now_ms() + h->purge_delay_ms;
   for (segment_t *s = h->segments; s; s = s->next)
@@ -856,6 +893,7 @@ static void huge_cache_put(segment_t *s) {
   stat_inc(STAT_HUGE_CACHED);
 }
 static void huge_cache_remove(segment_t *s) {
+  hm_assert(huge_cache_bytes >= s->size);
   list_remove(&huge_cache, s);
   huge_cache_bytes -= s->size;
   stat_dec(STAT_HUGE_CACHED);
@@ -881,6 +919,7 @@ static segment_t *huge_cache_take(size_t total) {
   size_t keep = (total + SEG_MASK) & ~SEG_MASK;
   if (best->size >= keep + SEG_SIZE) {
     segment_t *rest = (segment_t *)((uint8_t *)best + keep);
+    hm_assert(((uintptr_t)rest & SEG_MASK) == 0 && keep >= total);
     rest->size = best->size - keep;
     rest->purge_ms = best->purge_ms;
     rest->purged_ms = best->purged_ms;
@@ -912,6 +951,7 @@ static void huge_cache_neighbours(segment_t *s, segment_t **before, segment_t **
  * header slice, now inside a's block area, is purged with them (a purged
  * span reads as zero: calloc counts on it). */
 static void huge_merge(segment_t *a, segment_t *b) {
+  hm_assert((uint8_t *)a + a->size == (uint8_t *)b);   /* adjacent */
   pthread_mutex_lock(&registry_lock);
   registry_remove(b);
   pthread_mutex_unlock(&registry_lock);
@@ -966,18 +1006,22 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   pg->reserved = pg->capacity = 1;
   page_set_used(pg, 1);
   for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
+  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && pg->start + usable <= (uint8_t *)s + s->size);
+  hm_assert(align <= 1 || ((uintptr_t)pg->start & (align - 1)) == 0);
   stat_inc(STAT_HUGE);
   segmap_set(s, SEGMAP_HUGE);
   return pg;
 }
 
 void segment_huge_free(segment_t *s) {
+  hm_assert(s->pages[1].cls == CLASS_HUGE && s->slice_page[1] == &s->pages[1] && (!s->heap || s->heap->user));
   /* claim the block: of two racing frees, the second is reported */
   uint8_t expect = SEGMAP_HUGE;
   if (!atomic_compare_exchange_strong_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], &expect, 0,
                                                memory_order_acq_rel, memory_order_relaxed))
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
   if (s->heap) userheap_huge_remove(s);
+  hm_assert(!s->heap);                          /* (a first-class heap's list no longer has it) */
   stat_dec(STAT_HUGE);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { segment_unmap(s); return; }
   uint64_t now = os_now_ms();
@@ -1023,6 +1067,7 @@ void segment_huge_free(segment_t *s) {
 void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   if (hm_secure) return NULL;                 /* (its guard page would have to move) */
   if (s->heap) return NULL;                   /* (a first-class heap lists it where it is) */
+  hm_assert(pg == &s->pages[1] && pg->cls == CLASS_HUGE && !s->huge_offset);
   size_t off = (size_t)(pg->start - (uint8_t *)s);
   /* Growth reserves half as much again of address space (untouched, so it costs no
    * memory) so that a buffer grown step by step remaps rarely. */
@@ -1155,6 +1200,8 @@ void segment_census(census_t *c) {
  * (segment_tidy_abandoned); returns when, or 0 if it has none. */
 uint64_t segment_abandon(segment_t *s) {
   page_t *pg;
+  hm_assert(s->heap && heap_held(s->heap) && s->used_slices != 1);
+  hm_assert(!atomic_load_explicit(&s->abandoned, memory_order_relaxed) && s->fit_run[0] == 0 && s->fit_run[1] == 0);
   for_each_page(s, pg) page_set_owner(pg, NULL);
   s->heap = NULL;
   pthread_mutex_lock(&abandoned_lock);
@@ -1173,6 +1220,7 @@ uint64_t segment_abandon(segment_t *s) {
  * frees, and goes to h's queues, or back to the segment when empty. */
 /* Returns false when s turned out empty and was released. */
 static bool segment_adopt(heap_t *h, segment_t *s) {
+  hm_assert(heap_held(h) && !s->heap && !atomic_load_explicit(&s->abandoned, memory_order_relaxed));
   s->heap = h;
   list_push(&h->segments, s);
   segment_index(s);
@@ -1200,6 +1248,8 @@ void segment_destroy(heap_t *h, segment_t *s) {
 
 /* Take s off the abandoned list (abandoned_lock held). */
 static void abandoned_take(segment_t *s) {
+  hm_assert(atomic_load_explicit(&s->abandoned, memory_order_relaxed) && !s->heap);
+  hm_assert(atomic_load_explicit(&abandoned_count, memory_order_relaxed) > 0);
   list_remove(&abandoned, s);
   atomic_store_explicit(&s->abandoned, 0, memory_order_relaxed);
   atomic_fetch_sub_explicit(&abandoned_count, 1, memory_order_relaxed);
@@ -1214,6 +1264,7 @@ static void abandoned_reclaim(segment_t *s) {
 }
 
 bool segment_try_reclaim(heap_t *h, segment_t *s) {
+  hm_assert(heap_held(h));
   bool got = false;
   pthread_mutex_lock(&abandoned_lock);
   if (atomic_load_explicit(&s->abandoned, memory_order_relaxed)) {
@@ -1226,6 +1277,7 @@ bool segment_try_reclaim(heap_t *h, segment_t *s) {
 }
 
 segment_t *segment_reclaim_any(heap_t *h) {
+  hm_assert(heap_held(h));
   if (!atomic_load_explicit(&abandoned_count, memory_order_relaxed)) return NULL;
   segment_t *s = NULL;
   pthread_mutex_lock(&abandoned_lock);
@@ -1247,6 +1299,7 @@ uint64_t segment_tidy_abandoned(bool force, size_t *left) {
   pthread_mutex_lock(&abandoned_lock);
   for (segment_t *s = abandoned, *snext; s; s = snext) {
     snext = s->next;
+    hm_assert(!s->heap && atomic_load_explicit(&s->abandoned, memory_order_relaxed));
     page_t *pg;
     for_each_page(s, pg) {
       page_collect(pg);

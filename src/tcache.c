@@ -63,7 +63,6 @@
 #include <string.h>
 
 #define TC_START 8
-#define TC_MAX   64
 #define TC_DECAY_MS 1000
 static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
@@ -86,6 +85,7 @@ void tcache_process_init(bool fence) {
 
 static uint32_t cap_of(heap_t *h, size_t i) { return atomic_load_explicit(&h->tc_cap[i], memory_order_relaxed); }
 static void set_cap(heap_t *h, size_t i, uint32_t n) {
+  hm_assert(i < TC_CLASSES && n <= TC_MAX && h->tc_kb >= cap_of(h, i) * class_kb(i));
   h->tc_kb = h->tc_kb + n * class_kb(i) - cap_of(h, i) * class_kb(i);
   atomic_store_explicit(&h->tc_cap[i], (uint16_t)n, memory_order_relaxed);
 }
@@ -99,7 +99,11 @@ static void set_room(tcl_t *t, uint32_t n) { count_store(&t->l.used, n); }
 
 /* (owner, locked) Push b, a block of pg not looking free, on cache i, which
  * must have room. */
-static void push(heap_t *h, size_t i, page_t *pg, block_t *b) { hm_list_push(&tcl_of(h, i)->l, pg, b); }
+static void push(heap_t *h, size_t i, page_t *pg, block_t *b) {
+  hm_assert(heap_held(h) && room(tcl_of(h, i)) > 0 && pg->cls == TC_MIN + i);
+  hm_assert(atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
+  hm_list_push(&tcl_of(h, i)->l, pg, b);
+}
 
 /* The sink empty, its first push to call out.  (It is empty whenever the
  * caches are parked: each push on it calls out, and the call drains it.) */
@@ -113,6 +117,7 @@ static void sink_reset(heap_t *h) {
 static uint32_t release_chain(heap_t *h, block_t *b, void (*release)(page_t *, block_t *)) {
   uint32_t n = 0;
   for (; b; n++) {
+    hm_assert(n < TC_MAX && segment_known(b));              /* a cache's blocks, at most its cap */
     block_t *next = (block_t *)link_dec(h->tc_key, b, b[1].word);
     b[1].word = 0;
     release(page_of(segment_of(b), b), b);
@@ -125,6 +130,7 @@ static uint32_t release_chain(heap_t *h, block_t *b, void (*release)(page_t *, b
  * if it has room. */
 static bool make_room(heap_t *h, size_t i) {
   tcl_t *t = tcl_of(h, i);
+  hm_assert(heap_held(h) && room(t) <= cap_of(h, i));
   if (room(t)) return true;
   uint32_t c = cap_of(h, i), add = c < TC_MAX - c ? c : TC_MAX - c;
   size_t left = bound_kb() > h->tc_kb ? bound_kb() - h->tc_kb : 0;
@@ -132,11 +138,13 @@ static bool make_room(heap_t *h, size_t i) {
   if (add == 0) return false;
   set_cap(h, i, c + add);
   set_room(t, room(t) + add);
+  hm_assert(cap_of(h, i) <= TC_MAX && room(t) == add);
   return true;
 }
 
 /* The owner frees b again, a live block now. */
 static void release_local(page_t *pg, block_t *b) {
+  hm_assert(class_cached(pg->cls) && heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));
   b->word = 0;
   page_free_local_slow(pg, b);
 }
@@ -144,12 +152,14 @@ static void release_local(page_t *pg, block_t *b) {
 /* (stats mode, locked) What free's fast path would do. */
 bool tcache_put(heap_t *h, page_t *pg, block_t *b) {
   size_t i = (size_t)pg->cls - TC_MIN;
+  hm_assert(heap_held(h) && class_cached(pg->cls));
   if (!room(tcl_of(h, i)) && !make_room(h, i)) return false;
   push(h, i, pg, b);
   return true;
 }
 void *tcache_pop(heap_t *h, size_t c) {
   list_t *l = &tcl_of(h, c - TC_MIN)->l;
+  hm_assert(heap_held(h) && class_cached(c) && !h->tc_parked);
   if (!list_head(l)) return NULL;
   h->tc_popped[c] = 1;
   return hm_list_pop(l);
@@ -160,11 +170,13 @@ void *tcache_pop(heap_t *h, size_t c) {
  * handler freed in between) into their caches. */
 static void sink_drain(heap_t *h) {
   block_t *b = (block_t *)list_head(&h->tc_sink);
+  hm_assert(heap_held(h) && !h->tc_parked);
   sink_reset(h);
   while (b) {
     block_t *next = (block_t *)link_dec(h->tc_key, b, b[1].word);
     page_t *pg = page_of(segment_of(b), b);
     size_t i = (size_t)pg->cls - TC_MIN;
+    hm_assert(class_cached(pg->cls) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
     if (room(tcl_of(h, i))) push(h, i, pg, b);
     else release_local(pg, b);
     b = next;
@@ -179,6 +191,7 @@ static void sink_drain(heap_t *h) {
 void tcache_full(heap_t *h, page_t *pg) {
   size_t i = (size_t)pg->cls - TC_MIN;
   heap_enter(h);
+  hm_assert(class_cached(pg->cls));
   if (list_head(&h->tc_sink)) sink_drain(h);
   h->tc_popped[pg->cls] = 1;                         /* in use (tcache_decay) */
   if (--h->ticks == 0) heap_tick(h);                 /* a slow-path event */
@@ -191,6 +204,7 @@ void tcache_full(heap_t *h, page_t *pg) {
     if (keep && b) b[1].word = link_enc(t->l.key, b, 0);   /* the end of the list */
     else set_head(t, NULL);
     set_room(t, room(t) + release_chain(h, rest, release_local));
+    hm_assert(room(t) > 0 && room(t) <= cap_of(h, i));
   }
   heap_leave(h);
 }
@@ -203,11 +217,14 @@ void tcache_full(heap_t *h, page_t *pg) {
 #define REFILL_KB 64
 void *tcache_refill(heap_t *h, page_t *pg) {
   size_t i = (size_t)pg->cls - TC_MIN;
+  hm_assert(heap_held(h) && tcache_fast(pg->cls) && !h->tc_parked);
+  hm_assert(pg->free && !head(tcl_of(h, i)));                   /* an empty cache, a page to pop */
   h->tc_popped[pg->cls] = 1;
   block_t *b = hm_page_pop(pg);
   make_room(h, i);
   uint32_t n = room(tcl_of(h, i)) / 2, most = REFILL_KB / class_kb(i);
   for (n = n < most ? n : most; n && pg->free; n--) push(h, i, pg, hm_page_pop(pg));
+  hm_assert(room(tcl_of(h, i)) <= cap_of(h, i) && page_used(pg) <= pg->capacity);
   return b;
 }
 
@@ -222,6 +239,7 @@ static void reset(heap_t *h, size_t i) {
 
 /* h comes zeroed (heap_get). */
 void tcache_init(heap_t *h) {
+  hm_assert(heap_held(h));
   h->tc_key = os_random();
   for (size_t i = 0; i < TC_CLASSES; i++) {
     reset(h, i);
@@ -242,6 +260,7 @@ void tcache_init(heap_t *h) {
  * top, as the cache had them (the next malloc takes the first back). */
 static void drain(heap_t *h, size_t i, void (*release)(page_t *, block_t *)) {
   block_t *b = head(tcl_of(h, i)), *r = NULL;
+  hm_assert(heap_held(h) && !h->tc_parked);
   reset(h, i);
   while (b) {                                        /* reversed, re-encoded */
     block_t *next = (block_t *)link_dec(h->tc_key, b, b[1].word);
@@ -261,6 +280,7 @@ static bool any_held(heap_t *h) {
 
 /* Are blocks waiting in the caches?  (If not, the decay restarts.) */
 bool tcache_held(heap_t *h) {
+  hm_assert(heap_held(h));
   bool held = any_held(h);
   if (!held) h->tc_decay_ms = 0;
   return held;
@@ -270,6 +290,7 @@ bool tcache_held(heap_t *h) {
  * the slow paths) gives its blocks back to their pages, whose memory the
  * segments' decay then returns to the OS. */
 void tcache_decay(heap_t *h, uint64_t now) {
+  hm_assert(heap_held(h) && !h->tc_parked);
   if (h->tc_decay_ms && now < h->tc_decay_ms) return;
   for (size_t i = 0; i < TC_CLASSES; i++) {
     tcl_t *t = tcl_of(h, i);
@@ -283,6 +304,7 @@ void tcache_decay(heap_t *h, uint64_t now) {
 void tcache_flush(heap_t *h) {
   if (h->tc_parked) tcache_resume(h);             /* (the thread's exit: not via heap_enter) */
   for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
+  hm_assert(!any_held(h) && !h->tc_parked);
 }
 
 /* The successor of b1, the first block of a cache the owner may be popping
@@ -310,6 +332,7 @@ __attribute__((no_sanitize("thread"))) static void cut_link(block_t *b1, uintptr
  * head it wrote is then the cut block, which tcache_resume finds in place. */
 static void cut_after_first(heap_t *h, size_t i) {
   tcl_t *t = tcl_of(h, i);
+  hm_assert(heap_held(h));
   uint32_t r;
   uintptr_t w, next;
   do {
@@ -330,6 +353,7 @@ static void cut_after_first(heap_t *h, size_t i) {
  * blocks (remote.c).  The caches stay parked until the owner resumes them. */
 void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS] = { NULL };
+  hm_assert(heap_held(h));
   bool caches = !h->tc_parked && any_held(h);
   if (!caches && !remote_held(h)) return;
   if (caches) heap_route_caches(h, false);          /* malloc and free keep out of them */
@@ -357,6 +381,7 @@ void tcache_take(heap_t *h) {
  * less, a push, whose block is linked before the cut one; else a pop, which
  * took the cut block and left a head that is no longer the cache's. */
 void tcache_resume(heap_t *h) {
+  hm_assert(heap_held(h) && h->tc_parked);
   for (size_t i = 0; i < TC_CLASSES; i++) {
     tcl_t *t = tcl_of(h, i);
     block_t *cut = t->cut;
@@ -369,6 +394,7 @@ void tcache_resume(heap_t *h) {
       set_head(t, NULL);
       n = 0;
     }
+    hm_assert(n <= cap_of(h, i) && (!n || head(t)));
     set_room(t, cap_of(h, i) - n);
     atomic_store_explicit(&t->taken, 0, memory_order_relaxed);
     t->cut = NULL;
@@ -378,6 +404,7 @@ void tcache_resume(heap_t *h) {
 }
 
 bool tcache_contains(heap_t *h, size_t c, uintptr_t p) {
+  hm_assert(heap_held(h));
   if (!class_cached(c)) return false;
   uint32_t limit = cap_of(h, c - TC_MIN);
   for (block_t *b = head(tcl_of(h, c - TC_MIN)); b && limit--; b = (block_t *)link_dec(h->tc_key, b, b[1].word))
