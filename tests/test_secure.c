@@ -113,7 +113,7 @@ static void *trim_worker(void *arg) {
   uint64_t r = (uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
   unsigned char *slot[TRIM_SLOTS] = {0};
   size_t len[TRIM_SLOTS];
-  int ops = arg ? TRIM_OPS : TRIM_OPS / 20;
+  int ops = (arg ? TRIM_OPS : TRIM_OPS / 20) / (test_sanitized() ? 4 : 1);
   for (int i = 0; i < ops; i++) {
     r ^= r << 13; r ^= r >> 7; r ^= r << 17;
     size_t k = r % TRIM_SLOTS;
@@ -135,11 +135,12 @@ static void *trim_worker(void *arg) {
   return NULL;
 }
 static void trims_and_exits(void) {
-  for (int round = 0; round < 3; round++) {
+  int rounds = test_sanitized() ? 1 : 3, exits = test_sanitized() ? 30 : 100;   /* (TSan: 20x slower) */
+  for (int round = 0; round < rounds; round++) {
     pthread_t t[TRIM_THREADS];
     for (uintptr_t i = 0; i < TRIM_THREADS; i++)
       if (pthread_create(&t[i], NULL, trim_worker, (void *)(i + 1))) _exit(3);
-    for (int i = 0; i < 100; i++) {                     /* threads that exit while the others trim */
+    for (int i = 0; i < exits; i++) {                   /* threads that exit while the others trim */
       pthread_t e;
       if (pthread_create(&e, NULL, trim_worker, NULL) || pthread_join(e, NULL)) _exit(3);
     }
