@@ -247,7 +247,9 @@ static void purge_stop(void) {
 static void unwant(bool while_heaps) {
   for (;;) {
     int st = atomic_load_explicit(&state, memory_order_acquire);
-    if (st == STARTING) { sched_yield(); continue; }       /* (another thread's pthread_create) */
+    /* (another thread's pthread_create, or a stop begun: by the purger
+     * leaving, or another thread; once OFF, it is joined below) */
+    if (st == STARTING || st == STOPPING) { sched_yield(); continue; }
     if (st == WANTED) {
       if (!atomic_compare_exchange_strong(&state, &st, OFF)) continue;
       atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
