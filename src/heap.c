@@ -244,7 +244,7 @@ void heap_enter(heap_t *h) {
   if (unlikely(atomic_load_explicit(&h->idle, memory_order_relaxed))) {
     /* the purger stopped watching us: we are busy again, so watch */
     atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
-    purge_arm(os_now_ms() + h->purge_delay_ms);
+    purge_arm(decay_due(&h->decay, os_now_ms()));
   }
 }
 
@@ -333,7 +333,7 @@ static void spares_check(heap_t *h, uint64_t now) {
     again |= (h->refills[c] >>= 1) > 0;
   }
   h->freed_classes = 0;
-  h->spare_check_ms = again ? now + h->purge_delay_ms : 0;
+  h->spare_check_ms = again ? decay_due(&h->decay, now) : 0;
 }
 
 /* Has q room for another spare pg? */
@@ -349,7 +349,7 @@ void heap_page_retire_locked(heap_t *h, page_t *pg) {
   hm_assert(pg->cls < CLASSES && page_used(pg) == 0 && !pg->spare);   /* a class page just emptied */
   if (pg->cls < CLASSES) {
     h->freed_classes |= 1ull << pg->cls;
-    if (!h->spare_check_ms) h->spare_check_ms = os_coarse_ms() + h->purge_delay_ms;
+    if (!h->spare_check_ms) h->spare_check_ms = decay_due(&h->decay, os_coarse_ms());
   }
   if (pg->cls < CLASSES && !(pg->flags & PAGE_FULL) && pg->slices <= KEEP_SLICES) {
     pageq_t *q = &h->queue[pg->cls];
@@ -762,7 +762,7 @@ heap_t *heap_made(void) {
     if (tcache_fast(c) && atomic_load_explicit(&h->direct[direct_first[c]], memory_order_relaxed) != &h->tc[c - TC_MIN].l)
       set_direct(h, c, &h->tc[c - TC_MIN].l);
   h->ticks = HEAP_TICKS;
-  h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
+  decay_reset(&h->decay);
   h->live = true;
   atomic_store_explicit(&h->parked_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
@@ -899,7 +899,7 @@ static void heap_park(heap_t *h) {
   segment_purge_reset_delay(h);
   heap_give_back(h);
   hm_validate(h);
-  uint64_t now = os_now_ms(), look = now + h->purge_delay_ms;
+  uint64_t now = os_now_ms(), look = decay_due(&h->decay, now);
   atomic_store_explicit(&h->parked_ms, now, memory_order_relaxed);
   unlock_raw(h);
   hm_tls_heap = &hm_heap_empty;      /* (the next thread may take it from here on) */

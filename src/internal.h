@@ -475,6 +475,18 @@ static inline size_t direct_size(size_t i) { return i <= DIRECT_16_MAX / 16 ? i 
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
+/* decay.c: how long free memory stays before it goes back to the OS */
+#define PURGE_DELAY_MAX_MS 1000
+typedef struct decay_s {
+  uint64_t delay_ms;             /* 0 until first used: then at least HAKMEM_PURGE_DELAY_MS */
+} decay_t;
+uint64_t decay_delay(decay_t *d);                  /* the delay now */
+static inline uint64_t decay_due(decay_t *d, uint64_t now) { return now + decay_delay(d); }
+void     decay_reused(decay_t *d, uint64_t gone_ms, uint64_t now);   /* memory gone at gone_ms wanted at now */
+void     decay_purged(decay_t *d);                 /* memory went, and no reuse came after the last */
+void     decay_reset(decay_t *d);                  /* back to HAKMEM_PURGE_DELAY_MS */
+bool     decay_at_base(decay_t *d);
+
 typedef struct heap_s {
   _Atomic uint8_t tc_busy;       /* the owner is appending to a buffer of remote frees */
   _Atomic uint8_t tc_stop;       /* the purger is taking the buffers: keep out */
@@ -494,7 +506,7 @@ typedef struct heap_s {
   uint64_t fit_map[2];           /* bit k: bin k not empty */
   uint64_t rand;                 /* per-heap PRNG state (page keys) */
   uint64_t next_purge_ms;        /* earliest pending purge deadline, 0 = none */
-  uint64_t purge_delay_ms;       /* adaptive: grows when purged memory is soon reused */
+  decay_t decay;                 /* of its free slices */
   uint64_t spare_check_ms;       /* when the spare pages are next checked, 0 = none kept */
   uint32_t spare_slices;         /* slices of the spare pages, at most SPARE_SLICES */
   uint64_t freed_classes;        /* bit c: a page of class c emptied since the last spare check */
@@ -613,8 +625,6 @@ bool  os_membarrier_init(void);                   /* can os_membarrier be used *
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */
 
 /* segment.c */
-#define PURGE_DELAY_MAX_MS 1000
-uint64_t purge_delay_adapt(uint64_t delay, bool refault);
 page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls, bool tight);
 void    segment_page_free(page_t *pg);
 bool    segment_large_resize(page_t *pg, size_t slices);

@@ -4,8 +4,8 @@
  * of 64 KiB slices as pages.  A huge segment holds a single block bigger than
  * LARGE_MAX (or a buffer realloc grew past GROW_HUGE) and belongs to no heap:
  * any thread may free it.  Freed slices stay
- * mapped but are purged (MADV_DONTNEED) once they have been free for
- * purge_delay_ms; an empty segment goes at once to a small cache shared by
+ * mapped but are purged (MADV_DONTNEED) once they have been free for their
+ * decay's delay (decay.c); an empty segment goes at once to a small cache shared by
  * all threads (still resident, so the next thread to need a segment gets warm
  * memory) and is purged there after the delay, or back to the OS.
  * Segments of exited threads are abandoned and later reclaimed by a live
@@ -25,10 +25,10 @@ page_t hm_page_invalid = { .flags = 0xff, .cls = 0xff };
 static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *abandoned;                 /* doubly linked via next/prev */
 static _Atomic size_t abandoned_count;
-static uint64_t abandoned_delay_ms;          /* (abandoned_lock) adaptive, as for slices:
-                                                a segment reclaimed soon after its purge
-                                                was purged too early (threads that come
-                                                and go, each taking over what others left) */
+static decay_t abandoned_decay;              /* (abandoned_lock) a segment reclaimed soon
+                                                after its purge was purged too early (threads
+                                                that come and go, each taking over what
+                                                others left) */
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct { segment_t *first, *last; } segq_t;
@@ -41,8 +41,8 @@ static segq_t cache, cache_cold;
 static segq_t *const caches[] = { &cache, &cache_cold };
 static size_t cache_count;                   /* in both */
 static _Atomic uint64_t cache_due;           /* the next purge or unmap due, 0: none (read unlocked) */
-static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment taken back
-                                          soon after its purge was purged too early */
+static decay_t cached_decay;                 /* (cache_lock) a segment taken back soon after
+                                                its purge was purged too early */
 /* Segments pushed out of the cache are retired: each waits one delay, still
  * mapped, and then goes at the purger's next decay with the others whose
  * delay has passed, in address order: a burst of frees empties whole reserve
@@ -61,7 +61,7 @@ static uint64_t cache_delay_ms;         /* adaptive, as for slices: a segment ta
  * do: a fresh segment mapped soon after retired ones were unmapped doubles
  * it, an unmap not followed by one brings it back down. */
 static segq_t retired;                       /* (cache_lock) */
-static uint64_t retired_delay_ms;            /* (cache_lock) adaptive */
+static decay_t retired_decay;               /* (cache_lock) */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
 static uint64_t taken_back_ms;               /* (cache_lock) when a retired one was last reused */
@@ -217,16 +217,6 @@ static void segment_header_init(segment_t *s, size_t size, bool fresh) {
 }
 
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
-static uint64_t purge_delay_floor(uint64_t delay);
-
-/* Was memory purged (or unmapped) at then and wanted again now purged too
- * early: within two delays, and two milliseconds at least (with
- * HAKMEM_PURGE_DELAY_MS=0 the window was empty, the delays never grew, and
- * every big block freed was purged and faulted in again: 256 KiB-1 MiB
- * blocks ran 10 to 30 times slower). */
-static bool too_early(uint64_t then, uint64_t now, uint64_t delay) {
-  return now - then < 2 * (delay ? delay : 1);
-}
 
 static segment_t *segment_new(heap_t *h) {
   segment_t *s = NULL;
@@ -238,8 +228,7 @@ static segment_t *segment_new(heap_t *h) {
     s = q->first;
     segq_remove(q, s);
     cache_count--;
-    if (s->purged_slices && too_early(s->purged_ms, os_now_ms(), cache_delay_ms))
-      cache_delay_ms = purge_delay_adapt(cache_delay_ms, true);
+    if (s->purged_slices) decay_reused(&cached_decay, s->purged_ms, os_now_ms());
   } else if (retired.first) {
     /* one waiting to be unmapped: the threads need more segments than the
      * cache holds after all (a burst of big blocks freed by other threads) */
@@ -248,8 +237,8 @@ static segment_t *segment_new(heap_t *h) {
     taken_back_ms = os_coarse_ms();
   } else {
     uint64_t now = os_now_ms();
-    if (unmapped_ms && !remapped && too_early(unmapped_ms, now, purge_delay_floor(retired_delay_ms))) {
-      retired_delay_ms = purge_delay_adapt(retired_delay_ms, true);
+    if (unmapped_ms && !remapped) {
+      decay_reused(&retired_decay, unmapped_ms, now);
       remapped = true;
     }
     if (!reserve_left) {
@@ -290,23 +279,6 @@ static segment_t *segment_new(heap_t *h) {
   return s;
 }
 
-/* A delay, at least HAKMEM_PURGE_DELAY_MS (the adaptive ones start at 0). */
-static uint64_t purge_delay_floor(uint64_t delay) {
-  uint64_t base = (uint64_t)hm_options.purge_delay_ms;
-  return delay < base ? base : delay;
-}
-
-/* The decay adapts: memory reused within two delays of being purged was
- * purged too early (the program cycles through it), so the delay doubles, up
- * to PURGE_DELAY_MAX_MS; a purge that is not followed by reuse brings it back
- * down toward HAKMEM_PURGE_DELAY_MS by a quarter. */
-uint64_t purge_delay_adapt(uint64_t delay, bool refault) {
-  uint64_t base = (uint64_t)hm_options.purge_delay_ms;
-  delay = purge_delay_floor(delay);
-  if (refault) return delay * 2 > PURGE_DELAY_MAX_MS ? (base > PURGE_DELAY_MAX_MS ? base : PURGE_DELAY_MAX_MS) : (delay ? delay * 2 : 1);
-  return purge_delay_floor(delay - (delay + 3) / 4);   /* (1 ms goes back to 0) */
-}
-
 /* Purge the free slices in mask, coalescing runs into one madvise each. */
 static void segment_purge(segment_t *s, uint64_t mask) {
   uint64_t d = mask & s->dirty_slices & ~s->used_slices;
@@ -333,8 +305,7 @@ void segment_unlink(heap_t *h, segment_t *s) {
  * once it has waited the delay (purge_ms, unused while retired). */
 static void retire(segment_t *s, uint64_t now) {
   hm_assert(!s->heap && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
-  retired_delay_ms = purge_delay_floor(retired_delay_ms);
-  s->purge_ms = now + retired_delay_ms;
+  s->purge_ms = decay_due(&retired_decay, now);
   segq_push(&retired, s);
 }
 
@@ -351,7 +322,7 @@ static void retire(segment_t *s, uint64_t now) {
  * fresh segment (segment_new) brings the delay back down. */
 static segment_t *take_retired(uint64_t now, bool force) {
   segment_t *list = NULL;
-  if (retired.last && now >= retired.last->purge_ms && now >= taken_back_ms + retired_delay_ms) force = true;
+  if (retired.last && now >= retired.last->purge_ms && now >= decay_due(&retired_decay, taken_back_ms)) force = true;
   while (retired.last && (force || now >= retired.last->purge_ms)) {
     segment_t *s = retired.last;
     segq_remove(&retired, s);
@@ -359,7 +330,7 @@ static segment_t *take_retired(uint64_t now, bool force) {
     list = s;
   }
   if (list) {
-    if (unmapped_ms && !remapped) retired_delay_ms = purge_delay_adapt(retired_delay_ms, false);
+    if (unmapped_ms && !remapped) decay_purged(&retired_decay);
     unmapped_ms = now;
     remapped = false;
   }
@@ -478,7 +449,7 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
     segq_remove(&cache, s);
     if (s->dirty_slices) {
       segment_purge(s, ~0ull);
-      if (!force) cache_delay_ms = purge_delay_adapt(cache_delay_ms, false);
+      if (!force) decay_purged(&cached_decay);
     }
     segq_push(&cache_cold, s);
   }
@@ -534,8 +505,7 @@ static void segment_discard(segment_t *s) {
   segment_t *drop = s, *unmap = NULL;
   pthread_mutex_lock(&cache_lock);
   if (hm_options.segment_cache > 0) {
-    cache_delay_ms = purge_delay_floor(cache_delay_ms);
-    s->purge_ms = now + cache_delay_ms;
+    s->purge_ms = decay_due(&cached_decay, now);
     segq_push(&cache, s);
     drop = NULL;
     if (++cache_count > (size_t)hm_options.segment_cache) {   /* the oldest goes, purged ones first */
@@ -658,7 +628,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   pg->is_zero = !(s->dirty_slices & mask);
   for (size_t k = 0; k < n; k++) s->slice_page[i + k] = pg;
   if (s->purged_slices & mask) {
-    if (too_early(s->purged_ms, os_now_ms(), h->purge_delay_ms)) h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, true);
+    decay_reused(&h->decay, s->purged_ms, os_now_ms());
     s->purged_slices &= ~mask;
   }
   s->used_slices |= mask;
@@ -693,7 +663,7 @@ static void page_slices_free(segment_t *s, page_t *pg) {
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now) {
   hm_assert(s->heap == h && (s->purge_ms || now));
   if (!s->purge_ms) {
-    s->purge_ms = now + h->purge_delay_ms;
+    s->purge_ms = decay_due(&h->decay, now);
     purge_arm(s->purge_ms);          /* in case this thread goes quiet before then */
   }
   if (!h->next_purge_ms || s->purge_ms < h->next_purge_ms) h->next_purge_ms = s->purge_ms;
@@ -804,13 +774,13 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
         runs &= ~run;
       }
       if (purge) {
-        h->purge_delay_ms = purge_delay_adapt(h->purge_delay_ms, false);
+        decay_purged(&h->decay);
         segment_purge(s, purge);
       }
     }
     else { if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms; continue; }
     s->aged_slices = s->dirty_slices;
-    s->purge_ms = s->dirty_slices ? now + h->purge_delay_ms : 0;
+    s->purge_ms = s->dirty_slices ? decay_due(&h->decay, now) : 0;
     if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms;
   }
   hm_assert(!next || next >= now);   /* (the due ones were purged or rescheduled) */
@@ -822,8 +792,8 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
  * it, and no segment waits longer than the base delay for its purge. */
 void segment_purge_reset_delay(heap_t *h) {
   hm_assert(heap_held(h));
-  h->purge_delay_ms = (uint64_t)hm_options.purge_delay_ms;
-  uint64_t by = os_now_ms() + h->purge_delay_ms;
+  decay_reset(&h->decay);
+  uint64_t by = decay_due(&h->decay, os_now_ms());
   for (segment_t *s = h->segments; s; s = s->next)
     if (s->purge_ms > by) s->purge_ms = by;
   if (h->next_purge_ms > by) h->next_purge_ms = by;
@@ -845,7 +815,7 @@ void segment_purge_reset_delay(heap_t *h) {
 static pthread_mutex_t huge_lock = PTHREAD_MUTEX_INITIALIZER;
 static segment_t *huge_cache;          /* newest first */
 static size_t huge_cache_bytes;
-static uint64_t huge_delay_ms;         /* adaptive, as for slices */
+static decay_t huge_decay;             /* (huge_lock) */
 static _Atomic uint64_t huge_due;      /* the next purge in the cache, 0: none (read unlocked) */
 static _Atomic uint64_t huge_serial;   /* huge blocks handed out so far */
 static _Atomic size_t huge_last;       /* the size of the latest */
@@ -868,7 +838,7 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
       os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
       s->purge_ms = 0;
       s->purged_ms = now;
-      if (now != UINT64_MAX) huge_delay_ms = purge_delay_adapt(huge_delay_ms, false);
+      if (now != UINT64_MAX) decay_purged(&huge_decay);
     } else if (s->purge_ms && (!due || s->purge_ms < due)) {
       due = s->purge_ms;
     }
@@ -911,8 +881,7 @@ static segment_t *huge_cache_take(size_t total) {
     if (s->size >= total && (!best || s->size < best->size)) best = s;
   if (best) {
     huge_cache_remove(best);
-    if (!best->purge_ms && too_early(best->purged_ms, os_now_ms(), huge_delay_ms))
-      huge_delay_ms = purge_delay_adapt(huge_delay_ms, true);
+    if (!best->purge_ms) decay_reused(&huge_decay, best->purged_ms, os_now_ms());
   }
   pthread_mutex_unlock(&huge_lock);
   if (!best) return NULL;
@@ -1034,14 +1003,13 @@ void segment_huge_free(segment_t *s) {
   bool superseded = atomic_load_explicit(&huge_serial, memory_order_relaxed) > s->huge_serial &&
                     atomic_load_explicit(&huge_last, memory_order_relaxed) >= bs + bs / 2;
   pthread_mutex_lock(&huge_lock);
-  huge_delay_ms = purge_delay_floor(huge_delay_ms);
-  superseded &= huge_delay_ms == (uint64_t)hm_options.purge_delay_ms;
+  superseded &= decay_at_base(&huge_decay);
   pthread_mutex_unlock(&huge_lock);
   if (superseded) {
     os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
     s->purged_ms = now;
   }
-  s->purge_ms = superseded ? 0 : now + huge_delay_ms;
+  s->purge_ms = superseded ? 0 : decay_due(&huge_decay, now);
   /* with its cached neighbours, one span again */
   segment_t *before, *after;
   pthread_mutex_lock(&huge_lock);
@@ -1205,8 +1173,7 @@ uint64_t segment_abandon(segment_t *s) {
   for_each_page(s, pg) page_set_owner(pg, NULL);
   s->heap = NULL;
   pthread_mutex_lock(&abandoned_lock);
-  abandoned_delay_ms = purge_delay_floor(abandoned_delay_ms);
-  uint64_t due = s->dirty_slices & ~s->used_slices ? os_now_ms() + abandoned_delay_ms : 0;
+  uint64_t due = s->dirty_slices & ~s->used_slices ? decay_due(&abandoned_decay, os_now_ms()) : 0;
   s->purge_ms = due;
   list_push(&abandoned, s);
   atomic_store_explicit(&s->abandoned, 1, memory_order_release);
@@ -1258,8 +1225,7 @@ static void abandoned_take(segment_t *s) {
 /* (abandoned_lock held) s, taken off the list, goes back to work. */
 static void abandoned_reclaim(segment_t *s) {
   abandoned_take(s);
-  if (s->purged_slices && too_early(s->purged_ms, os_now_ms(), abandoned_delay_ms))
-    abandoned_delay_ms = purge_delay_adapt(abandoned_delay_ms, true);
+  if (s->purged_slices) decay_reused(&abandoned_decay, s->purged_ms, os_now_ms());
   s->purge_ms = 0;                           /* the new owner schedules its own */
 }
 
@@ -1312,11 +1278,11 @@ uint64_t segment_tidy_abandoned(bool force, size_t *left) {
       continue;
     }
     if (!(s->dirty_slices & ~s->used_slices)) continue;
-    if (!s->purge_ms) s->purge_ms = now + abandoned_delay_ms;
+    if (!s->purge_ms) s->purge_ms = decay_due(&abandoned_decay, now);
     if (force || now >= s->purge_ms) {
       segment_purge(s, ~0ull);
       s->purge_ms = 0;
-      if (!force) abandoned_delay_ms = purge_delay_adapt(abandoned_delay_ms, false);
+      if (!force) decay_purged(&abandoned_decay);
     }
     else if (!next || s->purge_ms < next) next = s->purge_ms;
   }
