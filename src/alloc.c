@@ -140,7 +140,7 @@ static HM_NOINLINE size_t usable_slow(const void *p) {
   segment_t *s;
   page_t *pg = lookup(p, &s, "malloc_usable_size");
   if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("malloc_usable_size of a freed block", p, pg);
-  return pg->block_size;
+  return hm_secure ? secure_usable(pg, p) : pg->block_size;
 }
 
 /* redis and sqlite3 call this on every malloc and free (their memory
@@ -259,9 +259,13 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   segment_t *s;
   page_t *pg = lookup(p, &s, "realloc");
   if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("realloc of a freed block", p, pg);
-  size_t usable = pg->block_size;
+  size_t usable = hm_secure ? secure_usable(pg, p) : pg->block_size;
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
-  if (n <= usable && n >= usable / 2) return p;           /* fits, and not wastefully */
+  if (hm_secure && pg->cls < CLASSES) {                   /* (its canaries move with the size) */
+    if (secure_class(n) == pg->cls) return secure_arm(p, n);
+  } else if (n <= usable && n >= usable / 2) {
+    return p;                                             /* fits, and not wastefully */
+  }
   if (pg->cls == CLASS_LARGE && n > MEDIUM_MAX && n <= LARGE_MAX &&
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap) {
     /* an aligned block may start several slices into its run */

@@ -462,11 +462,13 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
     void *p = hm_malloc_try(h, n, &c);
     if (p) return p;
   }
+  if (unlikely(hm_secure)) c = secure_class(n);       /* room for the canaries */
   heap_enter(h);
   void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0, false) : heap_malloc_class(h, c);
   bool tick = --h->ticks == 0;
   if (tick) heap_tick(h);
   heap_leave(h);
+  if (unlikely(hm_secure) && p) secure_arm(p, n);
   if (tick && remote_held(h)) remote_flush(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
@@ -474,20 +476,22 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
 }
 
 /* align is a power of two > 16.  Blocks of a class whose size is a multiple of
- * align are aligned (pages start on 64 KiB boundaries), so small alignments
+ * align are aligned (pages start on 64 KiB boundaries; in secure mode past a
+ * pad that keeps alignments up to SECURE_ALIGN_MAX), so small alignments
  * cost no more than rounding the size up. */
 void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
   if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) remote_collect(h);
   void *p = NULL;
   heap_enter(h);
-  if (n <= MEDIUM_MAX && align <= MAX_ALIGN_IN_CLASS) {
-    size_t c = size_class(n);
+  if (n <= MEDIUM_MAX && align <= (hm_secure ? SECURE_ALIGN_MAX : MAX_ALIGN_IN_CLASS)) {
+    size_t c = hm_secure ? secure_class(n) : size_class(n);
     while (c < CLASSES && class_size(c) % align) c++;
     if (c < CLASSES) p = heap_malloc_class(h, c);
   }
   if (!p) p = heap_malloc_big(h, n, align, false);
   heap_leave(h);
+  if (unlikely(hm_secure) && p) secure_arm(p, n);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
@@ -618,6 +622,7 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
+  if (hm_secure) secure_init();
   for (size_t c = 0, i = 0; c <= CLASSES; c++) {
     while (i < DIRECT_N && class_of(direct_size(i)) < c) i++;
     direct_first[c] = (uint16_t)i;

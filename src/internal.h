@@ -710,7 +710,13 @@ void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(bool lo
 /* secure.c: the hardened mode (HAKMEM_SECURE); all of it on slow paths */
 extern bool hm_secure;
 extern int hm_secure_level;
+#define SECURE_ALIGN_MAX ((size_t)4096)             /* the largest alignment a class page gives */
+void  secure_init(void);                           /* the canaries' secret */
 void  secure_page_init(page_t *pg);
+size_t secure_pad(size_t block_size);              /* bytes before a class page's first block */
+size_t secure_class(size_t n);                     /* the class of a request with its canaries */
+void *secure_arm(void *p, size_t n);               /* a new block's canaries for n bytes */
+size_t secure_usable(page_t *pg, const void *p);   /* the requested size, canaries checked */
 void  secure_carve(page_t *pg, uint8_t *first, size_t n);
 void *secure_pop(page_t *pg);
 void *secure_free(page_t *pg, void *p);            /* the block to release now, or NULL */

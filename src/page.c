@@ -13,9 +13,10 @@
 
 void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   segment_t *s = segment_of(pg);
-  pg->start = page_run(pg);
+  size_t pad = secure_pad(block_size);               /* secure mode: the first block's guard word, */
+  pg->start = page_run(pg) + pad;
   pg->block_size = block_size;
-  size_t span = pg->slices * SLICE_SIZE - secure_guard();        /* secure mode: a guard page at the end */
+  size_t span = pg->slices * SLICE_SIZE - pad - secure_guard();  /* and a guard page at the end */
   pg->reserved = (uint32_t)(span / block_size);
   if (hm_secure) {
     secure_page_guard(s, pg->slice, pg->slices);

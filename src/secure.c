@@ -18,10 +18,17 @@
  *    (PROT_NONE), so a linear overflow faults instead of reaching the next
  *    page.  Each guard costs a mapping of its own: beyond vm.max_map_count
  *    (65530 by default, about 2 GiB of small pages) the rest go unguarded.
- *  - Blocks of a freshly carved run are linked in random order. */
+ *  - Blocks of a freshly carved run are linked in random order.
+ *  - Canaries: a request of n bytes gets a block of the class of n + TAIL;
+ *    the block's bytes from n on hold keyed canary bytes, its last TAIL
+ *    bytes a word that records n (with a keyed check) and the guard word of
+ *    the block after it.  The first block of a page has its guard word in
+ *    a pad before it.  free checks all three: a write past the n bytes, or
+ *    before the block, is reported at the latest when the block is freed. */
 #include "internal.h"
 #include "options.h"
 
+#include <stdio.h>
 #include <string.h>
 
 bool hm_secure;
@@ -32,6 +39,7 @@ int hm_secure_level;
 #define BITMAP_OFF  (SLICE_SIZE / 2)          /* the bitmaps: upper half of slice 0 */
 #define QUARANTINE_BLOCKS 1024
 #define QUARANTINE_BYTES  ((size_t)4 << 20)
+#define TAIL        16                        /* a block's size word and the next block's guard */
 
 _Static_assert(sizeof(segment_t) <= BITMAP_OFF, "the bitmaps share slice 0 with the header");
 _Static_assert(SLICE_SIZE / 16 / 8 * SLICES <= SLICE_SIZE - BITMAP_OFF, "a bit per 16 B of every slice");
@@ -61,12 +69,119 @@ void secure_page_init(page_t *pg) {
   memset((uint8_t *)s + BITMAP_OFF + (size_t)(pg - s->pages) * (SLICE_SIZE / 16 / 8), 0, SLICE_SIZE / 16 / 8);
 }
 
+/* ---- canaries ---------------------------------------------------------------
+ * A block of a size class, B bytes, handed out for a request of n bytes
+ * (n + TAIL <= B):
+ *     [0, n)          the program's
+ *     [n, B - 16)     canary bytes: keyed, each with its top bit set
+ *     [B - 16, B - 8) the size word: a canary byte, n, and in its top half a
+ *                     keyed check of both and of the block's address
+ *     [B - 8, B)      the guard word of the block after it: keyed(next block)
+ * The guard words are written when blocks are carved and never again, free
+ * or in use (the fill of a freed block stops short of them), so any thread
+ * may read its neighbour's; the first block's lies in a pad before it (a
+ * page starts secure_pad bytes into its run).  So the byte after the
+ * requested ones is a canary byte whose top bit is set: an overflow by a
+ * byte of 0x00-0x7f (text, a string's terminator, a small number) always
+ * changes it, any other byte with probability 127/128, and a longer write
+ * every canary byte it passes.  The canaries depend on a
+ * per-process secret and on the block's address: copied from another block
+ * they do not fit.  They catch overflows and underflows, not an attacker
+ * who can read the heap. */
+static uint64_t canary_k1, canary_k2;
+
+void secure_init(void) {
+  canary_k1 = os_random();
+  canary_k2 = os_random();
+}
+
+#define HIGH_BITS 0x8080808080808080ull
+static uint64_t keyed(uintptr_t x) { return key_mix(x ^ canary_k1) ^ canary_k2; }
+/* A block's canary bytes, byte i % 8 of this word at offset i. */
+static uint64_t pattern(const uint8_t *b) { return keyed((uintptr_t)b | 1) | HIGH_BITS; }
+static uint64_t size_word(const uint8_t *b, size_t n) {
+  uint64_t k = keyed((uintptr_t)b | 2), low = (uint64_t)n << 8 | (k & 0xff) | 0x80;
+  return low | (keyed(k ^ low) & ~(uint64_t)UINT32_MAX);
+}
+static uint64_t load(const uint8_t *p) { uint64_t w; memcpy(&w, p, sizeof w); return w; }
+static void store(uint8_t *p, uint64_t w) { memcpy(p, &w, sizeof w); }
+
+/* The pad before a page's first block: at least its guard word, and a
+ * multiple of the blocks' alignment (the largest power of two dividing their
+ * size, up to SECURE_ALIGN_MAX), so that aligned requests still find their
+ * alignment in a class whose size is a multiple of it. */
+size_t secure_pad(size_t block_size) {
+  size_t a = block_size & -block_size;
+  return !hm_secure ? 0 : a < SECURE_ALIGN_MAX ? a : SECURE_ALIGN_MAX;
+}
+
+/* The class of a request of n bytes with its tail (at least 32 bytes: a free
+ * block's mark and link must not reach its guard word), or CLASS_LARGE. */
+size_t secure_class(size_t n) {
+  if (n > MEDIUM_MAX - TAIL) return CLASS_LARGE;
+  size_t c = class_of(n + TAIL);
+  return c ? c : 1;
+}
+
+/* Block b of pg is handed out for n bytes: its canary bytes and size word. */
+static void canary_set(const page_t *pg, uint8_t *b, size_t n) {
+  size_t end = pg->block_size - TAIL;
+  uint64_t pat = pattern(b);
+  size_t i = n;
+  for (; i < end && (i & 7); i++) b[i] = (uint8_t)(pat >> 8 * (i & 7));
+  for (; i < end; i += 8) store(b + i, pat);
+  store(b + end, size_word(b, n));
+}
+
+/* The requested size of block b of pg, in use, after checking its canaries
+ * and the guard words before and after it; a canary found changed is
+ * reported. */
+static size_t canary_check(const page_t *pg, const uint8_t *b) {
+  size_t end = pg->block_size - TAIL;
+  uint64_t w = load(b + end);
+  size_t n = (uint32_t)w >> 8;
+  if (n > end || w != size_word(b, n))
+    hm_fatal("heap overflow: the canary after the block's requested size was overwritten", b, pg);
+  uint64_t pat = pattern(b);
+  size_t i = n;
+  while (i < end && (i & 7) && b[i] == (uint8_t)(pat >> 8 * (i & 7))) i++;
+  if (!(i & 7))
+    while (i < end && load(b + i) == pat) i += 8;
+  if (i < end) {
+    while (b[i] == (uint8_t)(pat >> 8 * (i & 7))) i++;     /* the first byte changed */
+    char what[160];
+    snprintf(what, sizeof what, "heap overflow: a write %zu bytes past the end of the block's %zu requested bytes",
+             i - n + 1, n);
+    hm_fatal(what, b, pg);
+  }
+  if (load(b + pg->block_size - 8) != keyed((uintptr_t)b + pg->block_size))
+    hm_fatal("heap overflow: a write past the end of the block (its guard word)", b, pg);
+  if (load(b - 8) != keyed((uintptr_t)b))
+    hm_fatal("heap underflow: a write before the start of the block (the guard word before it)", b, pg);
+  return n;
+}
+
+/* Block p (a new block from malloc's slow path) is handed out for n bytes. */
+void *secure_arm(void *p, size_t n) {
+  page_t *pg = page_of(segment_of(p), p);
+  if (pg->cls < CLASSES) canary_set(pg, p, n);
+  return p;
+}
+
+/* The bytes block p of pg, in use, may be written: a class block's requested
+ * size, its canaries checked; a large or huge block's size. */
+size_t secure_usable(page_t *pg, const void *p) {
+  return pg->cls < CLASSES ? canary_check(pg, p) : pg->block_size;
+}
+
 /* ---- fill patterns ----------------------------------------------------------- */
 
 /* Level 1 fills and checks a block's first CHECKED bytes; level 2 zeroes
- * and checks all of it. */
+ * and checks all of it but its last word, the guard word of the block after
+ * it, which no free or malloc rewrites (canaries below). */
 static size_t checked(const page_t *pg) {
-  return hm_secure_level >= 2 || pg->block_size < CHECKED ? pg->block_size : CHECKED;
+  size_t body = pg->block_size - sizeof(uint64_t);
+  return hm_secure_level >= 2 || body < CHECKED ? body : CHECKED;
 }
 
 static bool all_zero(const uint8_t *p, size_t n) {
@@ -88,14 +203,18 @@ static void check_fill(page_t *pg, const uint8_t *b, size_t from) {
     hm_fatal("use after free: a freed block was written to", b, pg);
 }
 
-/* page_extend in secure mode: fill the n blocks just carved at first and
- * link them, in random order, in front of the page's free list. */
+/* page_extend in secure mode: fill the n blocks just carved at first, write
+ * their guard words (and the first block's, in the pad), and link them, in
+ * random order, in front of the page's free list. */
 void secure_carve(page_t *pg, uint8_t *first, size_t n) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   uint16_t order[n];
+  if (first == pg->start) store(first - 8, keyed((uintptr_t)first));
   for (size_t i = 0; i < n; i++) {
+    uint8_t *b = first + i * pg->block_size;
     order[i] = (uint16_t)i;
-    fill(pg, first + i * pg->block_size);
+    fill(pg, b);
+    store(b + pg->block_size - 8, keyed((uintptr_t)b + pg->block_size));
   }
   for (size_t i = n - 1; i > 0; i--) {
     size_t j = heap_rand(h) % (i + 1);
@@ -146,7 +265,8 @@ static void *quarantine_take(heap_t *h) {
 }
 
 /* free(p) in secure mode, before the block is released: clear its bit (a
- * block whose bit is clear was not allocated), fill it, and queue it.  Returns
+ * block whose bit is clear was not allocated), check its canaries, fill it,
+ * and queue it.  Returns
  * the block to release now (the oldest one leaving the quarantine), or NULL. */
 void *secure_free(page_t *pg, void *p) {
   if (pg->cls < CLASSES) {
@@ -154,6 +274,7 @@ void *secure_free(page_t *pg, void *p) {
     _Atomic uint64_t *w = bit_of(pg, p, &bit);
     if (!(atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed) & bit))
       hm_fatal("double free (or free of a block never handed out)", p, pg);
+    canary_check(pg, p);
   }
   fill(pg, p);
   heap_t *h = hm_tls_heap;
