@@ -379,6 +379,7 @@ static page_t *find_page(heap_t *h, size_t c) {
 }
 
 static void *heap_malloc_class(heap_t *h, size_t c) {
+  if (unlikely(hm_secure) && c == 0) return secure_zero_alloc(h);
   bool cached = class_cached(c) && hm_tcache_on;
   if (cached) {               /* (stats mode: the fast path, which would pop, keeps out) */
     void *b = tcache_pop(h, c);
@@ -409,7 +410,8 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   segment_caches_tick(0);
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= (grow ? GROW_HUGE : LARGE_MAX) && slack <= LARGE_MAX) {
-    size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
+    size_t tail = hm_secure ? SECURE_TAIL : 0;       /* (secure mode: canaries, and a guard page) */
+    size_t slices = (n + tail + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
     if (slices < SLICES) {
       page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE, !grow);
       if (!pg) return enomem();
@@ -504,6 +506,7 @@ void *heap_malloc_grow(heap_t *h, size_t n) {
   heap_enter(h);
   void *p = heap_malloc_big(h, n, 0, true);
   heap_leave(h);
+  if (unlikely(hm_secure) && p) secure_arm(p, n);
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }

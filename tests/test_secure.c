@@ -77,10 +77,10 @@ TEST(double_free_after_release) { expect_abort(late_double_free, "late double fr
 /* ---- guard pages ---------------------------------------------------------------- */
 
 static void overflow_large(void) {
-  unsigned char *p = hakmem_malloc(300000);
-  size_t n = hakmem_malloc_usable_size(p);
-  memset(p, 1, n);                   /* all of it may be written */
-  p[n] = 1;                          /* one byte past: the guard */
+  volatile unsigned char *p = hakmem_malloc(300000);
+  size_t n = hakmem_malloc_usable_size((void *)p);
+  memset((void *)p, 1, n);           /* all of it may be written */
+  for (size_t i = n; i < n + (1 << 20); i++) p[i] = 1;   /* a linear overflow: through the canaries to the guard */
 }
 static void overflow_page(void) {
   /* The last block of a page of 4 KiB blocks ends at the page's guard. */
