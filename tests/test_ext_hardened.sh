@@ -25,6 +25,6 @@ done
 
 out=$EXT_TMP/default.out err=$EXT_TMP/default.err
 ext_run hakmem 600 "$out" "$err" "$bin" --outcomes
-while IFS=$'\t' read -r name verdict what; do
+while IFS=$'\t' read -r name _ verdict what; do
   echo "# hardened_malloc.c:$name [hakmem]: $verdict ($what)"
 done <"$out"
