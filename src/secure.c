@@ -185,10 +185,13 @@ static size_t canary_check(const page_t *pg, const uint8_t *b) {
   return n;
 }
 
-/* Block p (a new block from malloc's slow path) is handed out for n bytes. */
+/* Block p (a new block from malloc's slow path) is handed out for n bytes.
+ * (A huge block aligned to SEG_SIZE or more has its segment below it: no
+ * segment of p's own, and no canaries.) */
 void *secure_arm(void *p, size_t n) {
-  page_t *pg = page_of(segment_of(p), p);
-  if (pg->cls != 0 && pg->cls <= CLASS_LARGE) canary_set(pg, p, n);
+  segment_t *s = segment_checked(p);
+  page_t *pg = s ? page_of(s, p) : NULL;
+  if (pg && pg->cls != 0 && pg->cls <= CLASS_LARGE) canary_set(pg, p, n);
   return p;
 }
 
