@@ -265,7 +265,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
   if (hm_secure && pg->cls != CLASS_HUGE) {               /* (its canaries move with the size) */
     size_t bs = pg->block_size;
-    if (pg->cls < CLASSES ? secure_class(n) == pg->cls : n <= bs - SECURE_TAIL && n >= bs / 2) return secure_arm(p, n);
+    if (n <= bs - SECURE_TAIL && n >= bs / 2) return secure_arm(p, n);
   } else if (n <= usable && n >= usable / 2) {
     return p;                                             /* fits, and not wastefully */
   }
@@ -293,6 +293,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
     q = room > MEDIUM_MAX ? heap_malloc_grow(hm_tls_heap, room) : hm_malloc_fast(room);
   }
   if (!q && !(q = hm_malloc_fast(n))) return NULL;
+  if (unlikely(hm_secure)) secure_arm(q, n);             /* (the size asked, not the headroom's) */
   memcpy(q, p, n < usable ? n : usable);
   /* The old block goes to its page (a buffer's old size is not worth a
    * thread cache's room); a cached class's page only under the heap lock,

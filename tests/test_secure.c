@@ -389,6 +389,27 @@ TEST(blocks_written_in_full_are_not_reported) {
   }
 }
 
+/* realloc records the size asked for, also when it moves a growing buffer
+ * to a block with headroom: the usable size follows the buffer, a sized
+ * free of that size is accepted, and the buffer still moves rarely. */
+TEST(realloc_records_the_size_asked_for) {
+  size_t len = 33 << 10;
+  unsigned char *p = hakmem_malloc(len);
+  int moves = 0, wrong = 0;
+  while (len < (200 << 10)) {
+    unsigned char *q = hakmem_realloc(p, len + 64);
+    if (!q) break;
+    moves += q != p;
+    p = q;
+    len += 64;
+    memset(p + len - 64, 7, 64);
+    wrong += hakmem_malloc_usable_size(p) != len;
+  }
+  CHECKF(wrong == 0, "%d of the sizes after realloc were not the size asked for", wrong);
+  CHECKF(moves <= 7, "%d moves growing a buffer from 33 to 200 KiB in 64-byte appends", moves);
+  hakmem_free_sized(p, len);
+}
+
 /* malloc_usable_size is the size asked for: the bytes after it are the
  * canaries' (a program that writes all it is told it may stays correct). */
 TEST(usable_size_is_the_requested_size) {
