@@ -74,10 +74,11 @@ void secure_page_init(page_t *pg) {
 
 /* ---- canaries ---------------------------------------------------------------
  * A block of a size class, B bytes, handed out for a request of n bytes
- * (n + TAIL <= B):
+ * (n + SECURE_TAIL <= B):
  *     [0, n)          the program's
  *     [n, B - 16)     canary bytes: a zero, then keyed bytes with their top
- *                     bit set
+ *                     bit set, for 32 bytes or so (canary_end); past them
+ *                     what was there
  *     [B - 16, B - 8) the size word: n above a zero low byte (the byte after
  *                     the requested ones when n = B - 16), and in its top
  *                     half a keyed check of n and the block's address
@@ -86,8 +87,8 @@ void secure_page_init(page_t *pg) {
  * or in use (the fill of a freed block stops short of them), so any thread
  * may read its neighbour's; the first block's lies in a pad before it (a
  * page starts secure_pad bytes into its run).  A large block has the same
- * tail (n, its canary bytes, a guard word) and no guard word before it: the
- * slice before its run is another page's, whose guard page ends it.
+ * tail (n, its canary bytes, a guard word) but no guard word before it: it
+ * starts its run, and nothing before it is its own.
  *
  * In a block of a class the byte right after the requested ones is zero,
  * so a string read past the end stops there, as with hardened_malloc's
@@ -95,9 +96,10 @@ void secure_page_init(page_t *pg) {
  * other byte there, and any byte of 0x00-0x7f (text, a string's
  * terminator, small numbers) after it, always shows; another byte with
  * probability 127/128.  In a large block that byte is a keyed one as well
- * (a zero written there shows too).  The canaries depend on a per-process secret and
- * on the block's address: copied from another block they do not fit.  They
- * catch overflows and underflows, not an attacker who can read the heap. */
+ * (a zero written there shows too).  The canaries depend on a per-process
+ * secret and on the block's address: copied from another block they do not
+ * fit.  They catch overflows and underflows, not an attacker who can read
+ * the heap. */
 static uint64_t canary_k1, canary_k2;
 
 void secure_init(void) {
@@ -142,14 +144,23 @@ size_t secure_class(size_t n) {
 
 /* Block b of pg is handed out for n bytes: its canary bytes, size word and
  * (a large block) guard word. */
+/* Where the canary bytes after n requested bytes end: CANARY_SPAN bytes on,
+ * at a word boundary, or at the size word if it comes first.  (Bounded: a
+ * realloc by a few bytes, or a free, costs the same in any block.) */
+#define CANARY_SPAN 32
+static size_t canary_end(const page_t *pg, size_t n) {
+  size_t end = pg->block_size - SECURE_TAIL, e = (n + CANARY_SPAN + 7) & ~(size_t)7;
+  return e < end ? e : end;
+}
+
 static void canary_set(const page_t *pg, uint8_t *b, size_t n) {
-  size_t end = pg->block_size - SECURE_TAIL;
+  size_t end = canary_end(pg, n);
   uint64_t pat = canary_pattern(b);
   size_t i = n;
   for (; i < end && (i & 7); i++) b[i] = canary_byte(pat, i);
   for (; i < end; i += 8) store(b + i, pat);
   if (n < end) b[n] = first_byte(pg, pat, n);
-  store(b + end, size_word(pg, b, pat, n));
+  store(b + pg->block_size - SECURE_TAIL, size_word(pg, b, pat, n));
   if (pg->cls == CLASS_LARGE) store(b + pg->block_size - 8, keyed((uintptr_t)b + pg->block_size));
 }
 
@@ -164,12 +175,11 @@ static HM_COLD void overflow(const page_t *pg, const uint8_t *b, size_t n, size_
  * and the guard words before and after it; a canary found changed is
  * reported. */
 static size_t canary_check(const page_t *pg, const uint8_t *b) {
-  size_t end = pg->block_size - SECURE_TAIL;
-  uint64_t w = load(b + end), pat = canary_pattern(b);
+  uint64_t w = load(b + pg->block_size - SECURE_TAIL), pat = canary_pattern(b);
   size_t n = (uint32_t)w >> 8;
-  if (n > end || w != size_word(pg, b, pat, n))
+  if (n > pg->block_size - SECURE_TAIL || w != size_word(pg, b, pat, n))
     hm_fatal("heap overflow: the canary after the block's requested size was overwritten", b, pg);
-  size_t i = n;
+  size_t i = n, end = canary_end(pg, n);
   if (i < end && b[i++] != first_byte(pg, pat, n)) overflow(pg, b, n, n);
   while (i < end && (i & 7) && b[i] == canary_byte(pat, i)) i++;
   if (!(i & 7))
