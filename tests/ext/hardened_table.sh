@@ -32,6 +32,9 @@ cell() {  # verdict what
   local what=$2
   case $what in
     SIGABRT:*|Aborted*) what=abort ;;
+    "not caught (exit status 0)") what="not caught" ;;
+    "not followed, not reported") what="not followed" ;;
+    *" pairs of processes had the same address") what="${what%% of *} equal pairs" ;;
     "SIGSEGV at the access"|"Segmentation fault") what=SIGSEGV ;;
     "SIGBUS at the access"|"Bus error") what=SIGBUS ;;
     "exit status 0") what=runs ;;
@@ -42,27 +45,28 @@ cell() {  # verdict what
     *) echo "n/a" ;;
   esac
 }
-# The rows of table (cases, probes): the first two columns from glibc's run,
+# The rows of table (cases, probes): the first columns from glibc's run,
 # then one cell per configuration.
 rows() {  # table
-  while IFS=$'\t' read -r name first _ _; do
-    local row
-    if [ "$1" = cases ]; then row="| \`$name\` | $first"; else row="| ${first%%:*} | ${first#*: }"; fi
+  local fields=4
+  [ "$1" = probes ] && fields=5
+  while IFS= read -r first; do
+    local name label expect row
+    IFS=$'\t' read -r name label expect _ <<<"$first"
+    if [ "$1" = cases ]; then expect=$label label="\`$name\`"; else label="item ${label%%:*}: ${label#*: }"; fi
+    row="| $label | $expect"
     for n in "${names[@]}"; do
       local line verdict what
       line=$(grep -P "^$name\t" "$tmp/$1.$n")
       if [ -z "$line" ]; then row+=" | (not run)"; continue; fi
-      IFS=$'\t' read -r _ _ verdict what <<<"$line"
+      verdict=$(cut -f$((fields - 1)) <<<"$line")
+      what=$(cut -f$fields <<<"$line")
       if [ "$verdict" = skip ]; then row+=" | skip"; else row+=" | $(cell "$verdict" "$what")"; fi
     done
     echo "$row |"
   done <"$tmp/$1.glibc"
 }
-columns="glibc $(ldd --version | head -1 | grep -oE '[0-9.]+$') | Scudo (LLVM $(echo "$scudo" | grep -oE 'llvm-[0-9]+' | cut -d- -f2)) | hakmem | hakmem \`SECURE=1\` | hakmem \`SECURE=2\`"
-echo "| case | expected | $columns |"
+echo "| case | passes if | glibc $(ldd --version | head -1 | grep -oE '[0-9.]+$') | Scudo (LLVM $(echo "$scudo" | grep -oE 'llvm-[0-9]+' | cut -d- -f2)) | hakmem | hakmem \`SECURE=1\` | hakmem \`SECURE=2\` |"
 echo "|---|---|---|---|---|---|---|"
 rows cases
-echo
-echo "| issue 34 | probe | $columns |"
-echo "|---|---|---|---|---|---|---|"
 rows probes
