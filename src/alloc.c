@@ -58,21 +58,23 @@ static bool already_freed(page_t *pg, const void *p) {
   return freed;
 }
 
-HM_COLD void hm_free_slow(void *p, bool to_cache) {
+/* free, or a sized free of size (else 0), past its fast path. */
+HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   if (!p) return;
   segment_t *s;
-  page_t *pg = lookup(p, &s, "free");
+  page_t *pg = lookup(p, &s, size ? "sized free" : "free");
   if (unlikely(hm_slow_mode)) stats_count_free(pg);
   if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
     hm_fatal("double free", p, pg);
   if (unlikely(hm_secure)) {                  /* quarantined: another block leaves instead */
-    if (!(p = secure_free(pg, p))) return;
+    if (!(p = secure_free(pg, p, size))) return;
     s = segment_of(p);
     pg = page_of(s, p);
   }
   hm_free_release(s, pg, p, to_cache);
 }
+HM_COLD void hm_free_slow(void *p, bool to_cache) { hm_free_slow_sized(p, 0, to_cache); }
 
 /* Release block p of page pg: to the owner's free list if that is this
  * thread, else to the page's remote list (adopting the segment if its owner
@@ -130,7 +132,7 @@ HM_COLD void hm_free_sized_slow(void *p, size_t size) {
   segment_t *s;
   page_t *pg = lookup(p, &s, "sized free");
   if (size > pg->block_size) hm_fatal("sized free or delete with a size larger than the block", p, pg);
-  hm_free_slow(p, true);
+  hm_free_slow_sized(p, size, true);
 }
 
 /* The page of p if p is a block start in one of hakmem's segments (free's
@@ -147,7 +149,7 @@ static HM_NOINLINE size_t usable_slow(const void *p) {
   segment_t *s;
   page_t *pg = lookup(p, &s, "malloc_usable_size");
   if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("malloc_usable_size of a freed block", p, pg);
-  return pg->block_size;
+  return hm_secure ? secure_usable(pg, p) : pg->block_size;
 }
 
 /* redis and sqlite3 call this on every malloc and free (their memory
@@ -266,9 +268,14 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   segment_t *s;
   page_t *pg = lookup(p, &s, "realloc");
   if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("realloc of a freed block", p, pg);
-  size_t usable = pg->block_size;
+  size_t usable = hm_secure ? secure_usable(pg, p) : pg->block_size;
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
-  if (n <= usable && n >= usable / 2) return p;           /* fits, and not wastefully */
+  if (hm_secure && pg->cls != CLASS_HUGE) {               /* (its canaries move with the size) */
+    size_t bs = pg->block_size;
+    if (n <= bs - SECURE_TAIL && n >= bs / 2) return secure_arm(p, n);
+  } else if (n <= usable && n >= usable / 2) {
+    return p;                                             /* fits, and not wastefully */
+  }
   if (pg->cls == CLASS_LARGE && n > MEDIUM_MAX && n <= LARGE_MAX &&
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap) {
     /* an aligned block may start several slices into its run */
@@ -295,6 +302,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   }
   if (!q && !(q = hm_malloc_fast(n))) return NULL;
   hm_assert(q != p);
+  if (unlikely(hm_secure)) secure_arm(q, n);             /* (the size asked, not the headroom's) */
   memcpy(q, p, n < usable ? n : usable);
   /* The old block goes to its page (a buffer's old size is not worth a
    * thread cache's room); a cached class's page only under the heap lock,

@@ -433,6 +433,7 @@ static page_t *find_page(heap_t *h, size_t c) {
 }
 
 static void *heap_malloc_class(heap_t *h, size_t c) {
+  if (unlikely(hm_secure) && c == 0) return secure_zero_alloc(h);
   bool cached = class_cached(c) && hm_tcache_on;
   hm_assert(heap_held(h) && c < CLASSES);
   if (cached) {               /* (stats mode: the fast path, which would pop, keeps out) */
@@ -465,7 +466,8 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   segment_caches_tick(0);
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= (grow ? GROW_HUGE : LARGE_MAX) && slack <= LARGE_MAX) {
-    size_t slices = (n + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
+    size_t tail = hm_secure ? SECURE_TAIL : 0;       /* (secure mode: canaries, and a guard page) */
+    size_t slices = (n + tail + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
     if (slices < SLICES) {
       page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE, !grow);
       if (!pg) return enomem();
@@ -526,12 +528,14 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
     void *p = hm_malloc_try(h, n, &c);
     if (p) return p;
   }
+  if (unlikely(hm_secure)) c = secure_class(n);       /* room for the canaries */
   hm_assert(c < CLASSES || c == CLASS_LARGE);
   heap_enter(h);
   void *p = c == CLASS_LARGE ? heap_malloc_big(h, n, 0, false) : heap_malloc_class(h, c);
   bool tick = --h->ticks == 0;
   if (tick) heap_tick(h);
   heap_leave(h);
+  if (unlikely(hm_secure) && p) secure_arm(p, n);
   if (tick && remote_held(h)) remote_flush(h);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
@@ -539,21 +543,23 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
 }
 
 /* align is a power of two > 16.  Blocks of a class whose size is a multiple of
- * align are aligned (pages start on 64 KiB boundaries), so small alignments
+ * align are aligned (pages start on 64 KiB boundaries; in secure mode past a
+ * pad that keeps alignments up to SECURE_ALIGN_MAX), so small alignments
  * cost no more than rounding the size up. */
 void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   if (unlikely(h == &hm_heap_empty) && !(h = heap_get())) return enomem();
   if (atomic_load_explicit(&h->inbox, memory_order_relaxed)) remote_collect(h);
   void *p = NULL;
   heap_enter(h);
-  if (n <= MEDIUM_MAX && align <= MAX_ALIGN_IN_CLASS) {
-    size_t c = size_class(n);
+  if (n <= MEDIUM_MAX && align <= (hm_secure ? SECURE_ALIGN_MAX : MAX_ALIGN_IN_CLASS)) {
+    size_t c = hm_secure ? secure_class(n) : size_class(n);
     while (c < CLASSES && class_size(c) % align) c++;
     if (c < CLASSES) p = heap_malloc_class(h, c);
   }
   if (!p) p = heap_malloc_big(h, n, align, false);
   hm_assert(!p || ((uintptr_t)p & (align - 1)) == 0);
   heap_leave(h);
+  if (unlikely(hm_secure) && p) secure_arm(p, n);
   purge_start_if_wanted();
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
@@ -566,6 +572,7 @@ void *heap_malloc_grow(heap_t *h, size_t n) {
   heap_enter(h);
   void *p = heap_malloc_big(h, n, 0, true);
   heap_leave(h);
+  if (unlikely(hm_secure) && p) secure_arm(p, n);
   if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
   return p;
 }
@@ -692,6 +699,7 @@ static void fork_prepare(void), fork_parent(void), fork_child(void);
 
 static void process_init(void) {
   options_init();
+  if (hm_secure) secure_init();
   for (size_t c = 0, i = 0; c <= CLASSES; c++) {
     while (i < DIRECT_N && class_of(direct_size(i)) < c) i++;
     direct_first[c] = (uint16_t)i;

@@ -152,7 +152,8 @@ HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
 /* to_cache: a block of a class with a thread cache may go there (else to
  * its page).  size: what the program says the block holds (free_sized, C++
  * sized delete), else 0; more than its page's blocks go to
- * hm_free_sized_slow, which reports a size larger than the block. */
+ * hm_free_sized_slow, which reports a size larger than the block; the
+ * slow path gets the size too (the hardened mode checks it). */
 HM_INLINE void hm_free_block(void *p, bool to_cache, size_t size) {
   if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
     segment_t *s = segment_of(p);
@@ -175,7 +176,7 @@ HM_INLINE void hm_free_block(void *p, bool to_cache, size_t size) {
       return;
     }
   }
-  hm_free_slow(p, to_cache);
+  hm_free_slow_sized(p, size, to_cache);
 }
 
 HM_INLINE void hm_free_fast(void *p) { hm_free_block(p, true, 0); }

@@ -770,10 +770,18 @@ void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(bool lo
 /* secure.c: the hardened mode (HAKMEM_SECURE); all of it on slow paths */
 extern bool hm_secure;
 extern int hm_secure_level;
+#define SECURE_ALIGN_MAX ((size_t)4096)             /* the largest alignment a class page gives */
+#define SECURE_TAIL   16                           /* a block's canary tail: its size word, a guard word */
+void  secure_init(void);                           /* the canaries' secret */
 void  secure_page_init(page_t *pg);
+size_t secure_pad(size_t block_size);              /* bytes before a class page's first block */
+size_t secure_class(size_t n);                     /* the class of a request with its canaries */
+void *secure_arm(void *p, size_t n);               /* a new block's canaries for n bytes */
+void *secure_zero_alloc(heap_t *h);                /* (h locked) malloc(0) */
+size_t secure_usable(page_t *pg, const void *p);   /* the requested size, canaries checked */
 void  secure_carve(page_t *pg, uint8_t *first, size_t n);
 void *secure_pop(page_t *pg);
-void *secure_free(page_t *pg, void *p);            /* the block to release now, or NULL */
+void *secure_free(page_t *pg, void *p, size_t size); /* the block to release now, or NULL */
 void  secure_flush(heap_t *h);                     /* by h's owner */
 void  secure_flush_held(heap_t *h);                /* by another thread, holding h's lock */
 bool  secure_is_free(page_t *pg, const void *p);
@@ -784,6 +792,7 @@ void  secure_page_guard(segment_t *s, size_t first, size_t n);
 /* alloc.c: the API behind both the hakmem_* and the standard names */
 /* to_cache: a 4-256 KiB block may wait in the thread cache (not realloc's old block) */
 void hm_free_slow(void *p, bool to_cache);
+void hm_free_slow_sized(void *p, size_t size, bool to_cache);   /* size: a sized free's, else 0 */
 void hm_free_sized_slow(void *p, size_t size);   /* (alloc.c) a sized free the fast path doubts */
 void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache);   /* free a checked block */
 void  *hm_malloc(size_t n);

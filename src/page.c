@@ -15,9 +15,10 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   segment_t *s = segment_of(pg);
   hm_assert(heap_held(h) && s->heap == h && cls < CLASSES && block_size == class_size(cls));
   hm_assert(pg->slices > 0 && pg->slice + pg->slices <= SLICES && s->slice_page[pg->slice] == pg);
-  pg->start = page_run(pg);
+  size_t pad = secure_pad(block_size);               /* secure mode: the first block's guard word, */
+  pg->start = page_run(pg) + pad;
   pg->block_size = block_size;
-  size_t span = pg->slices * SLICE_SIZE - secure_guard();        /* secure mode: a guard page at the end */
+  size_t span = pg->slices * SLICE_SIZE - pad - secure_guard();  /* and a guard page at the end */
   pg->reserved = (uint32_t)(span / block_size);
   hm_assert(pg->reserved > 0 && pg->reserved <= SLICE_SIZE / 16);   /* (the secure bitmap's room) */
   if (hm_secure) {

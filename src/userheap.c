@@ -75,7 +75,7 @@ void *hm_heap_realloc(heap_t *h, void *p, size_t n) {
   segment_t *s = segment_of(p);
   page_t *pg = page_of(s, p);
   bool ours = atomic_load_explicit(&pg->heap, memory_order_relaxed) == h || (pg->cls == CLASS_HUGE && s->heap == h);
-  if (ours && n <= usable && n >= usable / 2) return p;
+  if (ours && n <= usable && n >= usable / 2 && !hm_secure) return p;   /* (secure: moved, its canaries too) */
   void *q = heap_malloc(h, n);
   if (!q) return NULL;
   memcpy(q, p, n < usable ? n : usable);

@@ -408,8 +408,9 @@ TEST(realloc_random_walk) {
     CHECKF(memcmp(q, ref + k, keep) == 0, "step %d: realloc %zu -> %zu lost content", s, len[k], n);
     if (n > len[k]) memcpy(q + len[k], ref + k + len[k], n - len[k]);
     b[k] = q; len[k] = n;
-    void *between = hakmem_malloc(1 + rnd() % 5000);   /* keep neighbours busy */
-    if (s % 3) hakmem_free(between); else hakmem_free_sized(between, 1);
+    size_t between_size = 1 + rnd() % 5000;
+    void *between = hakmem_malloc(between_size);       /* keep neighbours busy */
+    if (s % 3) hakmem_free(between); else hakmem_free_sized(between, between_size);
   }
   hakmem_free(b[0]);
   hakmem_free(b[1]);

@@ -4,7 +4,9 @@
  * (while it waits in the quarantine and after it left), an overflow into a
  * guard page, and a double free however long after the first free.  Blocks
  * of a fresh page come in random order, HAKMEM_SECURE=2 zeroes freed blocks,
- * and each quarantined block leaves once when threads trim concurrently. */
+ * each quarantined block leaves once when threads trim concurrently, and
+ * canaries report a write past the requested size of a block, or before its
+ * start, when it is freed (in both levels). */
 #include "test.h"
 #include "hakmem.h"
 #include "bad_free.h"
@@ -75,10 +77,10 @@ TEST(double_free_after_release) { expect_abort(late_double_free, "late double fr
 /* ---- guard pages ---------------------------------------------------------------- */
 
 static void overflow_large(void) {
-  unsigned char *p = hakmem_malloc(300000);
-  size_t n = hakmem_malloc_usable_size(p);
-  memset(p, 1, n);                   /* all of it may be written */
-  p[n] = 1;                          /* one byte past: the guard */
+  volatile unsigned char *p = hakmem_malloc(300000);
+  size_t n = hakmem_malloc_usable_size((void *)p);
+  memset((void *)p, 1, n);           /* all of it may be written */
+  for (size_t i = n; i < n + (1 << 20); i++) p[i] = 1;   /* a linear overflow: through the canaries to the guard */
 }
 static void overflow_page(void) {
   /* The last block of a page of 4 KiB blocks ends at the page's guard. */
@@ -210,6 +212,214 @@ TEST(level_2_checks_the_whole_block) {
   CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(msg, "use after free"),
          "a write 300 bytes into a freed 1 KiB block: expected SIGABRT and \"use after free\", got status %#x and \"%.200s\"",
          st, msg);
+}
+
+/* ---- canaries ------------------------------------------------------------------- */
+
+/* A child re-executed with HAKMEM_SECURE=level runs
+ *     test_secure --canary <how> <size> <offset>
+ * it allocates size bytes and writes all of them, writes 16 bytes from
+ * offset (past the end: offset >= size; before the start: offset < 0),
+ * then frees the block (how: "free", "realloc" to twice the size, "remote":
+ * freed by another thread, "sized": free_sized with its size, "first": of
+ * 256 blocks the lowest, which is its page's first if the page is fresh),
+ * and exits 0 if nothing stopped it. */
+#define CANARY_SPAN 16
+static void canary_probe(const char *how, size_t size, long off, size_t span) {
+  unsigned char *v[256], *p = NULL;
+  if (strcmp(how, "first") == 0) {
+    for (int i = 0; i < 256; i++) {
+      v[i] = hakmem_malloc(size);
+      if (!p || v[i] < p) p = v[i];
+    }
+  } else {
+    p = hakmem_malloc(size);
+  }
+  if (!p) _exit(4);
+  memset(p, 0x5a, size);
+  memset(p + off, 0x41, span);
+  if (strcmp(how, "realloc") == 0) {
+    p = hakmem_realloc(p, 2 * size);
+  } else if (strcmp(how, "sized") == 0) {
+    hakmem_free_sized(p, size);
+  } else if (strcmp(how, "remote") == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, (void *(*)(void *))hakmem_free, p) || pthread_join(t, NULL)) _exit(3);
+  } else {
+    hakmem_free(p);
+  }
+  _exit(0);
+}
+__attribute__((constructor)) static void canary_probe_args(int argc, char **argv) {
+  if (argc == 6 && strcmp(argv[1], "--canary") == 0)
+    canary_probe(argv[2], strtoul(argv[3], NULL, 10), strtol(argv[4], NULL, 10), strtoul(argv[5], NULL, 10));
+}
+
+static struct { const char *level, *how; size_t size; long off; size_t span; } canary_run;
+static void exec_canary(void) {
+  char size[32], off[32], span[32], env[32];
+  snprintf(size, sizeof size, "%zu", canary_run.size);
+  snprintf(off, sizeof off, "%ld", canary_run.off);
+  snprintf(span, sizeof span, "%zu", canary_run.span);
+  snprintf(env, sizeof env, "HAKMEM_SECURE=%s", canary_run.level);
+  char *argv[] = {"test_secure", "--canary", (char *)canary_run.how, size, off, span, NULL};
+  char *envp[] = {env, NULL};
+  execve("/proc/self/exe", argv, envp);
+  _exit(2);
+}
+/* Run the probe; its wait status, the first line of its stderr in msg. */
+static int canary_child(const char *level, const char *how, size_t size, long off, size_t span, char *msg, size_t cap) {
+  canary_run.level = level;
+  canary_run.how = how;
+  canary_run.size = size;
+  canary_run.off = off;
+  canary_run.span = span;
+  return run_in_child(exec_canary, msg, cap);
+}
+/* The write must be reported: SIGABRT, "hakmem: <expect>...", and the
+ * block's address in the message (checked by its "0x"). */
+static void expect_canary(const char *level, const char *how, size_t size, long off, size_t span, const char *expect) {
+  char msg[2048];
+  int st = canary_child(level, how, size, off, span, msg, sizeof msg);
+  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strncmp(msg, "hakmem: ", 8) == 0 && strstr(msg, expect) &&
+         strstr(msg, "pointer 0x"),
+         "HAKMEM_SECURE=%s, %s of a %zu-byte block after %zu bytes written at offset %ld: expected SIGABRT and "
+         "\"hakmem: %s... pointer 0x...\", got status %#x and \"%.200s\"", level, how, size, span, off, expect, st, msg);
+}
+
+/* A 16 B, a 1 KiB, a medium (64 KiB) block, and the largest request a class
+ * serves with its canaries (the next ones are large blocks, in runs of
+ * their own that end at a guard page). */
+static const size_t canary_sizes[] = {16, 1024, 65536, (256 << 10) - 16};
+static const char *const levels[] = {"1", "2"};
+
+TEST(overflow_by_1_8_16_bytes_reported_at_free) {
+  for (size_t l = 0; l < 2; l++)
+    for (size_t i = 0; i < sizeof canary_sizes / sizeof *canary_sizes; i++)
+      for (size_t span = 1; span <= 16; span *= 2) {
+        if (span == 2 || span == 4) continue;      /* 1, 8, 16 */
+        expect_canary(levels[l], "free", canary_sizes[i], (long)canary_sizes[i], span, "heap overflow");
+      }
+}
+
+TEST(underflow_by_16_bytes_reported_at_free) {
+  for (size_t l = 0; l < 2; l++)
+    for (size_t i = 0; i < sizeof canary_sizes / sizeof *canary_sizes; i++) {
+      expect_canary(levels[l], "free", canary_sizes[i], -16, 16, "heap underflow");
+      expect_canary(levels[l], "first", canary_sizes[i], -16, 16, "heap underflow");
+    }
+}
+
+/* Sizes other than a class's, and the other ways a block goes back: an
+ * overflow is reported there too (by realloc, before it copies). */
+TEST(overflow_reported_by_realloc_sized_and_remote_free) {
+  static const size_t sizes[] = {1, 100, 5000, 100000};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    expect_canary("1", "realloc", sizes[i], (long)sizes[i], 1, "heap overflow");
+    expect_canary("1", "sized", sizes[i], (long)sizes[i], 1, "heap overflow");
+    expect_canary("1", "remote", sizes[i], (long)sizes[i], 16, "heap overflow");
+    expect_canary("1", "remote", sizes[i], -16, 16, "heap underflow");
+  }
+}
+
+/* Every byte a program was given may be written, in both levels: blocks of
+ * sizes at and around each class size, made by every allocating call,
+ * written in full (malloc_usable_size's bytes included), resized, and
+ * freed in every way, reported nowhere. */
+static void canary_clean_run(void) {
+  static const size_t sizes[] = {0, 1, 15, 16, 17, 31, 32, 48, 100, 128, 1000, 1024, 4096, 4608, 8192,
+                                 32768, 65536, 200000, (256 << 10) - 17, (256 << 10) - 16, 256 << 10, 300000};
+  void *keep[64];
+  size_t kept = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    size_t n = sizes[i];
+    unsigned char *p = hakmem_malloc(n);
+    size_t u = hakmem_malloc_usable_size(p);
+    if (u < n) _exit(10);
+    memset(p, 0x77, u);
+    p = hakmem_realloc(p, n + 40);
+    memset(p, 0x78, hakmem_malloc_usable_size(p));
+    p = hakmem_realloc(p, n / 2 + 1);
+    memset(p, 0x79, hakmem_malloc_usable_size(p));
+    hakmem_free(p);
+    unsigned char *c = hakmem_calloc(1, n);
+    for (size_t k = 0; k < n; k++) if (c[k]) _exit(11);
+    memset(c, 0x7a, hakmem_malloc_usable_size(c));
+    hakmem_free_sized(c, n);
+    static const size_t aligns[] = {32, 64, 256, 4096, 8192};
+    for (size_t a = 0; a < sizeof aligns / sizeof *aligns; a++) {
+      void *q = NULL;
+      if (hakmem_posix_memalign(&q, aligns[a], n) || (uintptr_t)q % aligns[a]) _exit(12);
+      memset(q, 0x7b, hakmem_malloc_usable_size(q));
+      hakmem_free_aligned_sized(q, aligns[a], n);
+      unsigned char *r = hakmem_aligned_alloc(aligns[a], n + 1);
+      if (!r || (uintptr_t)r % aligns[a]) _exit(13);
+      memset(r, 0x7c, hakmem_malloc_usable_size(r));
+      if (kept < 64) keep[kept++] = r;
+      else hakmem_free(r);
+    }
+  }
+  for (size_t i = 0; i < kept; i++) {          /* freed by another thread */
+    pthread_t t;
+    if (pthread_create(&t, NULL, (void *(*)(void *))hakmem_free, keep[i]) || pthread_join(t, NULL)) _exit(3);
+  }
+  hakmem_malloc_trim(0);
+}
+__attribute__((constructor)) static void canary_clean_args(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--canary-clean") == 0) {
+    canary_clean_run();
+    _exit(0);
+  }
+}
+static const char *clean_level;
+static void exec_clean(void) {
+  char env[32];
+  snprintf(env, sizeof env, "HAKMEM_SECURE=%s", clean_level);
+  char *argv[] = {"test_secure", "--canary-clean", NULL};
+  char *envp[] = {env, NULL};
+  execve("/proc/self/exe", argv, envp);
+  _exit(2);
+}
+TEST(blocks_written_in_full_are_not_reported) {
+  for (size_t l = 0; l < 2; l++) {
+    char msg[2048];
+    clean_level = levels[l];
+    int st = run_in_child(exec_clean, msg, sizeof msg);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && !msg[0], "HAKMEM_SECURE=%s: status %#x, \"%.200s\"",
+           levels[l], st, msg);
+  }
+}
+
+/* realloc records the size asked for, also when it moves a growing buffer
+ * to a block with headroom: the usable size follows the buffer, a sized
+ * free of that size is accepted, and the buffer still moves rarely. */
+TEST(realloc_records_the_size_asked_for) {
+  size_t len = 33 << 10;
+  unsigned char *p = hakmem_malloc(len);
+  int moves = 0, wrong = 0;
+  while (len < (200 << 10)) {
+    unsigned char *q = hakmem_realloc(p, len + 64);
+    if (!q) break;
+    moves += q != p;
+    p = q;
+    len += 64;
+    memset(p + len - 64, 7, 64);
+    wrong += hakmem_malloc_usable_size(p) != len;
+  }
+  CHECKF(wrong == 0, "%d of the sizes after realloc were not the size asked for", wrong);
+  CHECKF(moves <= 7, "%d moves growing a buffer from 33 to 200 KiB in 64-byte appends", moves);
+  hakmem_free_sized(p, len);
+}
+
+/* malloc_usable_size is the size asked for: the bytes after it are the
+ * canaries' (a program that writes all it is told it may stays correct). */
+TEST(usable_size_is_the_requested_size) {
+  static const size_t sizes[] = {1, 16, 24, 1000, 1024, 65536};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    void *p = hakmem_malloc(sizes[i]);
+    CHECKF(hakmem_malloc_usable_size(p) == sizes[i], "malloc(%zu): usable size %zu", sizes[i], hakmem_malloc_usable_size(p));
+    hakmem_free(p);
+  }
 }
 
 TEST_MAIN()
