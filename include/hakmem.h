@@ -72,6 +72,14 @@ int  hakmem_stats_class(unsigned k, hakmem_class_stats_t *out);
 /* The report HAKMEM_STATS=1 prints at exit (and malloc_stats() to stderr). */
 void hakmem_stats_print(int fd);
 
+/* ---- heap profile -----------------------------------------------------------
+ * With HAKMEM_PROFILE=PREFIX set (see the README), write the heap profile now:
+ * PATH.live, PATH.peak and PATH.alloc (the live heap, the live heap at its
+ * peak, everything allocated, by call stack), each as .folded (flame graph
+ * tools' input) and .svg (a flame graph).  0, or -1 if profiling is off or a
+ * file could not be written. */
+int hakmem_profile_dump(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

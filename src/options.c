@@ -6,7 +6,7 @@
  * misspelling) is reported once, with the closest name. */
 #include "internal.h"
 #include "options.h"
-
+#include "profile.h"
 #include "stats.h"
 
 #include <errno.h>
@@ -16,6 +16,7 @@
 
 options_t hm_options;
 bool hm_slow_mode;
+bool hm_counting;
 uint8_t hm_page_flags;
 
 static const struct option_def {
@@ -23,15 +24,19 @@ static const struct option_def {
   long *value;
   long def, min, max;
   bool strict;                    /* a malformed value means max, not def */
+  const char **text;              /* a text option instead (value NULL): taken as is */
 } table[] = {
-  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false },
-  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false },
-  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false },
-  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false },
-  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false },
-  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false },
-  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true },
-  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false },
+  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, NULL },
+  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, NULL },
+  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, NULL },
+  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false, NULL },
+  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, NULL },
+  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, NULL },
+  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, NULL },
+  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, NULL },
+  { "HAKMEM_PROFILE", NULL, 0, 0, 0, false, &hm_options.profile },
+  { "HAKMEM_PROFILE_RATE", &hm_options.profile_rate, 512 * 1024, 1, 1L << 40, false, NULL },
+  { "HAKMEM_PROFILE_SIGNAL", &hm_options.profile_signal, 0, 0, 64, false, NULL },
 };
 
 #define OPTIONS (sizeof table / sizeof table[0])
@@ -83,9 +88,10 @@ static bool options_read;
 void options_init(void) {
   for (size_t i = 0; i < OPTIONS; i++) {
     const struct option_def *o = &table[i];
-    *o->value = o->def;
     const char *s = getenv(o->name);
     long v;
+    if (o->text) { *o->text = s; continue; }
+    *o->value = o->def;
     if (!s) continue;
     if (!parse(o, s, &v)) {
       long use = o->strict ? o->max : o->def;
@@ -101,7 +107,9 @@ void options_init(void) {
   if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   hm_secure_level = (int)hm_options.secure;
   hm_secure = hm_secure_level > 0;
-  hm_slow_mode = hm_options.stats || hm_secure;
+  profile_init();
+  hm_counting = hm_options.stats || hm_secure;
+  hm_slow_mode = hm_counting || hm_profiling;
   hm_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
 }
 

@@ -13,13 +13,18 @@ typedef struct options_s {
   long background;       /* HAKMEM_BACKGROUND */
   long secure;           /* HAKMEM_SECURE */
   long stats;            /* HAKMEM_STATS */
+  const char *profile;   /* HAKMEM_PROFILE: the heap profile's path prefix, or NULL */
+  long profile_rate;     /* HAKMEM_PROFILE_RATE */
+  long profile_signal;   /* HAKMEM_PROFILE_SIGNAL */
 } options_t;
 
 extern options_t hm_options;
-/* Slow mode (stats or secure on): malloc and free skip their fast paths so
- * each call can be counted or checked; pages carry PAGE_SLOW (hm_page_flags)
- * to send free() there. */
+/* Slow mode (stats, secure or profile on): malloc and free skip their fast
+ * paths so each call can be counted, checked or sampled; pages carry
+ * PAGE_SLOW (hm_page_flags) to send free() there.  hm_counting: the calls are
+ * counted (stats or secure). */
 extern bool hm_slow_mode;
+extern bool hm_counting;
 extern uint8_t hm_page_flags;
 void options_init(void);
 bool options_stats(void);      /* HAKMEM_STATS, read or not (the report at exit) */
