@@ -53,6 +53,12 @@ TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pth
 $(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h tests/companion.h $(OBJS) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(OBJS) -pthread
 
+# The heap profiler's test program (test_profile.sh), run with hakmem
+# preloaded: linked with the C library alone, its functions in the dynamic
+# symbol table for the profiler to name.
+$(BUILD)/tests/profile_sites: tests/profile/sites.c | $(BUILD)/tests
+	$(CC) -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -pthread -rdynamic $< -o $@ -ldl
+
 # tests/ext/*.c are linked with the C library alone: the tests/test_ext_*.sh
 # scripts run each under glibc's malloc and under hakmem (preloaded, default
 # and HAKMEM_SECURE=1) and compare (tests/ext/README.md).  They ask for too
@@ -72,7 +78,7 @@ $(BUILD)/ext/%.so: tests/ext/dso/%.c | $(BUILD)/ext
 print-ext-cflags:
 	@echo $(EXT_CFLAGS)
 
-test: all $(TEST_BINS) $(EXT_BINS)
+test: all $(TEST_BINS) $(EXT_BINS) $(BUILD)/tests/profile_sites
 	@BUILD=$(BUILD) tests/run.sh
 
 # Sanitizer builds: hakmem is compiled with the sanitizer and linked into the
