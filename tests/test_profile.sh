@@ -96,3 +96,16 @@ rc=$?
 timeout 60 env HAKMEM_PROFILE= LD_PRELOAD="$LIB" "$SITES" dump "$tmp/off" >/dev/null 2>&1
 rc=$?
 [ $rc -ne 0 ] && ! ls "$tmp"/off.* >/dev/null 2>&1; result off_writes_nothing $? "exit $rc"
+
+# The launcher: run --profile sets the prefix and names the program's own
+# functions (no dynamic symbol) with file:line.
+if command -v addr2line >/dev/null; then
+  (cd "$tmp" && timeout 120 "$OLDPWD/tools/hakmem" run --lib "$LIB" --profile="$tmp/l" -- "$SITES" shares >/dev/null 2>&1)
+  rc=$?
+  f=$(ls "$tmp"/l.*.alloc.folded 2>/dev/null | head -1)
+  [ $rc -eq 0 ] && [ -n "$f" ] && grep -q 'shares_worker (sites\.c:[0-9]*);site_big [0-9]*$' "$f" &&
+    ! grep -q 'sites+0x' "$f" && python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "${f%.folded}.svg" 2>/dev/null
+  result launcher_file_line $? "exit $rc; $(head -c 300 "$f" 2>/dev/null)"
+else
+  echo "ok - profile:launcher_file_line # SKIP no addr2line"
+fi
