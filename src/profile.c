@@ -64,15 +64,16 @@
 
 bool hm_profiling;
 
-#define FRAMES      48            /* frames kept per stack */
+#define FRAMES      128           /* frames kept per stack (the innermost) */
 #define STACKS      (1u << 14)    /* distinct stacks (entry 0: the overflow) */
-#define FRAME_POOL  (1u << 19)    /* frames of all stacks */
+#define FRAME_POOL  (1u << 20)    /* frames of all stacks */
 #define SAMPLES     (1u << 17)    /* sampled blocks live at once */
 #define FILTER      (1u << 16)    /* counts of live samples by address hash */
 
 typedef struct trace_s {
   uint64_t hash;
-  uint32_t first, depth;          /* frames: pool[first .. first+depth), leaf first */
+  uint32_t first, depth;          /* frames: pool[first .. first+depth), leaf first; a
+                                     last frame 0 stands for the frames beyond FRAMES */
   uint64_t alloc_bytes, alloc_count;
   uint64_t live_bytes, live_count;
   uint64_t peak_bytes, peak_count;
@@ -269,7 +270,10 @@ static void sample(void *p, size_t n) {
   if (P.self_hi)
     while (skip < got && (uintptr_t)raw[skip] >= P.self_lo && (uintptr_t)raw[skip] < P.self_hi) skip++;
   uint32_t depth = got > skip ? (uint32_t)(got - skip) : 0;
-  if (depth > FRAMES) depth = FRAMES;
+  if (depth > FRAMES) {                     /* the innermost, and a mark for the rest */
+    depth = FRAMES + 1;
+    raw[skip + FRAMES] = NULL;
+  }
   uint64_t weight = (uint64_t)((double)n / one_minus_exp_neg((double)n / (double)P.rate) + 0.5);
 
   sigset_t old = lock_all();
@@ -420,6 +424,24 @@ static void frame_name(dump_t *d, uintptr_t pc, char *buf, size_t size) {
     if (*c == ';' || *c == '\n') *c = ':';
 }
 
+/* The number of the function named s, made if new (names: a hash table of
+ * size entries). */
+static bool intern(dump_t *d, uint32_t *by_name, uint32_t size, const char *s, uint32_t *f) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *c = s; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+  uint32_t j = (uint32_t)h & (size - 1);
+  while (by_name[j] && strcmp(d->name[by_name[j] - 1], s)) j = (j + 1) & (size - 1);
+  if (!by_name[j]) {
+    char *copy = take(&d->a, strlen(s) + 1);
+    if (!copy) return false;
+    strcpy(copy, s);
+    d->name[d->nfuncs++] = copy;
+    by_name[j] = d->nfuncs;
+  }
+  *f = by_name[j] - 1;
+  return true;
+}
+
 /* Function numbers for every frame: by address, then by name (two return
  * addresses in one function are one function). */
 static bool symbolize(dump_t *d) {
@@ -441,24 +463,17 @@ static bool symbolize(dump_t *d) {
     if (!(d->funcs[t] = take(&d->a, (n + 1) * sizeof(uint32_t)))) return false;
     for (uint32_t k = 0; k < n; k++) {
       uintptr_t x = pc[n - 1 - k];          /* root first */
+      if (x == 0) {
+        if (!intern(d, by_name, size, "[deeper frames]", &d->funcs[t][k])) return false;
+        continue;
+      }
       uint32_t i = (uint32_t)hash_ptr(x) & (size - 1);
       while (pcs[i] && pcs[i] != x) i = (i + 1) & (size - 1);
       if (!pcs[i]) {
         char buf[512];
         frame_name(d, x, buf, sizeof buf);
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (const char *c = buf; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
-        uint32_t j = (uint32_t)h & (size - 1);
-        while (by_name[j] && strcmp(d->name[by_name[j] - 1], buf)) j = (j + 1) & (size - 1);
-        if (!by_name[j]) {
-          char *s = take(&d->a, strlen(buf) + 1);
-          if (!s) return false;
-          strcpy(s, buf);
-          d->name[d->nfuncs++] = s;
-          by_name[j] = d->nfuncs;
-        }
+        if (!intern(d, by_name, size, buf, &pc_func[i])) return false;
         pcs[i] = x;
-        pc_func[i] = by_name[j] - 1;
       }
       d->funcs[t][k] = pc_func[i];
     }
