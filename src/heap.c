@@ -891,9 +891,9 @@ static void fork_parent(void) {
 }
 static void fork_child(void) {
   purge_fork_child(fork_locked);
+  profile_fork_child(fork_locked);
   if (fork_locked) {
     fork_locked = false;
-    profile_fork_child();
     segment_fork_child();
     pthread_mutex_unlock(&heaps_lock);
     if (_IO_list_resetlock) _IO_list_resetlock();

@@ -325,10 +325,18 @@ void profile_free(void *p) {
   unlock_all(old);
 }
 
-/* fork (heap.c, with the other global locks): the child's tables are whole. */
+/* fork (heap.c): the lock is taken with the other global locks when other
+ * threads may hold it (locked), so the child's tables are whole.  The child
+ * draws its own sample points: with the parent's, every child of a shell
+ * would sample the same allocation. */
 void profile_fork_prepare(void) { if (hm_profiling) pthread_mutex_lock(&P.lock); }
 void profile_fork_parent(void) { if (hm_profiling) pthread_mutex_unlock(&P.lock); }
-void profile_fork_child(void) { if (hm_profiling) pthread_mutex_unlock(&P.lock); }
+void profile_fork_child(bool locked) {
+  if (!hm_profiling) return;
+  if (locked) pthread_mutex_unlock(&P.lock);
+  rng = 0;
+  until = 0;
+}
 
 /* ---- dumps ------------------------------------------------------------------
  * Written without malloc: the working memory is one mapping (an arena), the

@@ -16,6 +16,6 @@ void profile_free(void *p);             /* p is about to be freed (or moved by r
 void profile_stats(int fd);             /* the stats report's line; nothing when off */
 void profile_fork_prepare(void);
 void profile_fork_parent(void);
-void profile_fork_child(void);
+void profile_fork_child(bool locked);
 int  hm_profile_dump(const char *prefix);
 #endif

@@ -5,7 +5,8 @@
 # within 10 %, the leak report naming the leaking function and nothing else,
 # the folded files well formed, the SVG flame graphs well-formed XML, the
 # top-N table on stderr; a dump on HAKMEM_PROFILE_SIGNAL, by
-# hakmem_profile_dump, and fork while threads are sampled, each within time.
+# hakmem_profile_dump, and fork while threads are sampled, each within time;
+# forked children sampling on their own; the launcher's file:line.
 set -u
 BUILD=${BUILD:-build}
 LIB=$(cd "$BUILD" && pwd)/libhakmem.so
@@ -91,6 +92,15 @@ n=$(ls "$tmp"/g.*.*.live.folded 2>/dev/null | wc -l)
 profiled f "$SITES" fork >"$tmp/out" 2>&1
 rc=$?
 [ $rc -eq 0 ]; result fork_while_sampling $? "exit $rc; $(head -c 200 "$tmp/out")"
+
+# Forked children draw their own sample points: of 60 that allocate 100 KB
+# each, about 11 sample (not 0, not all).
+mkdir "$tmp/c"
+profiled c/c "$SITES" children >"$tmp/out" 2>&1
+rc=$?
+n=$(ls "$tmp"/c | sed -n 's/^c\.\([0-9]*\)\..*/\1/p' | sort -u | wc -l)
+echo "# $n of 60 forked children sampled"
+[ $rc -eq 0 ] && [ "$n" -ge 1 ] && [ "$n" -le 40 ]; result children_draw_their_own $? "exit $rc, $n children sampled"
 
 # Off: no files, and the function says so.
 timeout 60 env HAKMEM_PROFILE= LD_PRELOAD="$LIB" "$SITES" dump "$tmp/off" >/dev/null 2>&1

@@ -11,6 +11,10 @@
  *                  (PREFIX.PID.N.live.folded) must appear
  *   sites fork     threads allocate while the main thread forks 50 children
  *                  that allocate and exit; all must finish
+ *   sites children   60 children of one parent each allocate 100 KB and
+ *                  exit (a child that sampled writes its profile): each
+ *                  draws its own sample points, so about 18 % of them
+ *                  sample (all or none would, with the parent's)
  *   sites dump PATH   hakmem_profile_dump(PATH) must return 0
  * Exit status 0 on success; a 60 s alarm ends a hung run. */
 #include <dlfcn.h>
@@ -151,12 +155,26 @@ int main(int argc, char **argv) {
     atomic_store(&stop, 1);
     return join_threads(t);
   }
+  if (argc >= 2 && !strcmp(argv[1], "children")) {
+    free(site_mid(1000));
+    for (int i = 0; i < 60; i++) {
+      pid_t pid = fork();
+      if (pid < 0) return 1;
+      if (pid == 0) {
+        for (int j = 0; j < 1000; j++) free(site_mid(100));
+        exit(0);
+      }
+      int status;
+      if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) return 1;
+    }
+    return 0;
+  }
   if (argc >= 3 && !strcmp(argv[1], "dump")) {
     int (*dump)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "hakmem_profile_dump");
     for (int i = 0; i < 2000; i++) free(site_big(100000));
     if (!dump || dump(argv[2]) != 0) { say("hakmem_profile_dump failed\n"); return 1; }
     return 0;
   }
-  say("usage: sites shares | signal PREFIX | fork | dump PATH\n");
+  say("usage: sites shares | signal PREFIX | fork | children | dump PATH\n");
   return 2;
 }
