@@ -415,14 +415,18 @@ typedef struct dump_s {
 } dump_t;
 
 /* The name of the function a return address pc is in: its dynamic symbol,
- * else OBJECT+0xADDRESS (the address as addr2line takes it). */
+ * else OBJECT+0xADDRESS (the address as addr2line takes it).  dladdr names
+ * the nearest symbol below an address, so the symbol's size is checked: a
+ * static function after an exported one is not the exported one. */
 static void frame_name(dump_t *d, uintptr_t pc, char *buf, size_t size) {
   Dl_info info;
   struct link_map *map = NULL;
+  const ElfW(Sym) *sym = NULL;
   uintptr_t a = pc - 1;                     /* within the call, not after it */
   if (!dladdr1((void *)a, &info, (void **)&map, RTLD_DL_LINKMAP) || !map) {
     snprintf(buf, size, "0x%lx", (unsigned long)a);
-  } else if (info.dli_sname && info.dli_saddr) {
+  } else if (info.dli_sname && info.dli_saddr && dladdr1((void *)a, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
+             a < (uintptr_t)info.dli_saddr + sym->st_size) {
     snprintf(buf, size, "%s", info.dli_sname);
   } else {
     const char *obj = map->l_name && map->l_name[0] ? map->l_name : d->exe;   /* (the program: its path) */
@@ -572,9 +576,12 @@ static uint32_t name_hash(const char *s) {
 }
 
 /* One frame of a flame graph: a rect with its name, bytes and share on
- * hover, and a label clipped to it by a nested svg element. */
+ * hover, and a label clipped to it by a nested svg element.  A frame named
+ * by address shows its object's file name without the directories. */
 static void svg_frame(out_t *o, const char *name, uint64_t value, double total, double left, double y, double w) {
   uint32_t h = name_hash(name);
+  const char *slash = strrchr(name, '/');
+  if (name[0] == '/' && slash && strstr(slash, "+0x")) name = slash + 1;
   puts_(o, "<g><title>");
   put_xml(o, name);
   putf(o, " (%llu bytes, %.2f%%)</title><rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" rx=\"2\" "

@@ -114,7 +114,7 @@ if command -v addr2line >/dev/null; then
   rc=$?
   f=$(ls "$tmp"/l.*.alloc.folded 2>/dev/null | head -1)
   [ $rc -eq 0 ] && [ -n "$f" ] && grep -q 'shares_worker (sites\.c:[0-9]*);site_big [0-9]*$' "$f" &&
-    ! grep -q 'sites+0x' "$f" && python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "${f%.folded}.svg" 2>/dev/null
+    ! grep -q 'sites+0x' "$f" && grep -q 'shares_worker (sites\.c:[0-9]*)' "${f%.folded}.svg" && python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "${f%.folded}.svg" 2>/dev/null
   result launcher_file_line $? "exit $rc; $(head -c 300 "$f" 2>/dev/null)"
 else
   echo "ok - profile:launcher_file_line # SKIP no addr2line"
