@@ -273,7 +273,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   }
   if (pg->cls == CLASS_HUGE && n > GROW_HUGE && s->huge_offset == 0) {
     void *q = segment_huge_resize(s, pg, n);
-    if (q && q != p && unlikely(hm_profiling)) profile_free(p);   /* moved: the sample ends */
+    if (q && q != p && unlikely(hm_profiling)) profile_free(p, NULL);   /* moved: the sample ends (pg is unmapped) */
     if (q) return q;
   }
   /* A block above 32 KiB (the classes with thread caches) that must move to

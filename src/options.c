@@ -110,7 +110,7 @@ void options_init(void) {
   profile_init();
   hm_counting = hm_options.stats || hm_secure;
   hm_slow_mode = hm_counting || hm_profiling;
-  hm_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
+  hm_page_flags = hm_counting ? PAGE_SLOW : 0;
 }
 
 /* HAKMEM_STATS, for the report at exit: a program that never allocates never

@@ -20,9 +20,10 @@ typedef struct options_s {
 
 extern options_t hm_options;
 /* Slow mode (stats, secure or profile on): malloc and free skip their fast
- * paths so each call can be counted, checked or sampled; pages carry
- * PAGE_SLOW (hm_page_flags) to send free() there.  hm_counting: the calls are
- * counted (stats or secure). */
+ * paths so each call can be counted, checked or sampled.  hm_counting (stats
+ * or secure): every call is counted, and every page carries PAGE_SLOW
+ * (hm_page_flags) to send free() there; profiling alone marks only the pages
+ * holding sampled blocks (profile.c). */
 extern bool hm_slow_mode;
 extern bool hm_counting;
 extern uint8_t hm_page_flags;

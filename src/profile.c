@@ -28,7 +28,9 @@
  * entry), their frames, and the sampled blocks still live, by address
  * (SAMPLES; beyond, allocations are not sampled until some are freed).  A
  * free finds its block among them through a filter of counts by address
- * hash: one load for a block that was not sampled.  One lock guards the
+ * hash: one load for a block that was not sampled.  Frees reach the profiler
+ * only on pages marked slow, those holding samples (below), and from other
+ * threads; the rest keep their fast path.  One lock guards the
  * tables; signals are blocked while it is held, so a signal handler that
  * frees on the same thread cannot wait for it, and fork takes it
  * (profile_fork_*).
@@ -90,7 +92,8 @@ static struct {
   trace_t *traces;                /* [STACKS] */
   uint32_t *index;                /* [2 * STACKS]: trace numbers + 1 by hash, 0 empty */
   uintptr_t *pool;                /* [FRAME_POOL] */
-  sample_t *samples;              /* [2 * SAMPLES], open addressing */
+  sample_t *samples;              /* [2 * SAMPLES] by address */
+  sample_t *pages;                /* [2 * SAMPLES]: pages holding samples, weight = how many */
   _Atomic uint32_t *filter;       /* [FILTER] */
   size_t map_size;
   uint32_t ntraces, npool, nsamples;
@@ -188,26 +191,70 @@ static uint32_t trace_of(uintptr_t *pc, uint32_t n) {
   }
 }
 
-/* Live samples: linear probing, deletion by shifting back (no tombstones). */
-static sample_t *sample_slot(uintptr_t p) {
+/* The tables by address (live samples; pages holding them): 2 * SAMPLES
+ * slots, linear probing, deletion by shifting back (no tombstones).  The
+ * slot of key p, or the empty one where it goes. */
+static sample_t *slot_of(sample_t *table, uintptr_t p) {
   uint32_t mask = 2 * SAMPLES - 1;
   for (uint32_t i = (uint32_t)hash_ptr(p) & mask;; i = (i + 1) & mask)
-    if (P.samples[i].p == p || P.samples[i].p == 0) return &P.samples[i];
+    if (table[i].p == p || table[i].p == 0) return &table[i];
 }
 
-static void sample_delete(sample_t *s) {
-  uint32_t mask = 2 * SAMPLES - 1, i = (uint32_t)(s - P.samples), j = i;
+static void slot_delete(sample_t *table, sample_t *s) {
+  uint32_t mask = 2 * SAMPLES - 1, i = (uint32_t)(s - table), j = i;
   for (;;) {
     j = (j + 1) & mask;
-    if (P.samples[j].p == 0) break;
-    uint32_t home = (uint32_t)hash_ptr(P.samples[j].p) & mask;
+    if (table[j].p == 0) break;
+    uint32_t home = (uint32_t)hash_ptr(table[j].p) & mask;
     /* j's entry may move to the hole at i if its home is not in (i, j] */
     if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
-      P.samples[i] = P.samples[j];
+      table[i] = table[j];
       i = j;
     }
   }
-  P.samples[i].p = 0;
+  table[i].p = 0;
+}
+
+/* ---- pages holding samples ----------------------------------------------------
+ * The pages are not slow (hm_page_flags has no PAGE_SLOW), so frees take
+ * their fast path, but for a page holding a live sample: its owner sets
+ * PAGE_SLOW on it when it samples one of its blocks, and clears it when a
+ * free of its own there finds no sample left on the page.  Other threads'
+ * frees take the slow path anyway in slow mode.  Pages of one block (large,
+ * huge) are always slow (their flags are never clear), and so is every
+ * page when the calls are counted (stats, secure: hm_page_flags). */
+
+/* The page of a size class block p if pages are marked, or NULL. */
+static page_t *class_page(const void *p) {
+  if (hm_page_flags & PAGE_SLOW) return NULL;
+  segment_t *s = segment_checked(p);
+  if (!s) return NULL;
+  page_t *pg = page_of(s, p);
+  return pg->cls < CLASSES ? pg : NULL;
+}
+
+/* (locked) One more or one fewer live sample on pg; its count. */
+static uint64_t page_count(page_t *pg, int delta) {
+  sample_t *s = slot_of(P.pages, (uintptr_t)pg);
+  if (s->p == 0) {
+    if (delta <= 0) return 0;
+    s->p = (uintptr_t)pg;
+    s->weight = 0;
+  }
+  s->weight += (uint64_t)(int64_t)delta;
+  uint64_t n = s->weight;
+  if (n == 0) slot_delete(P.pages, s);
+  return n;
+}
+
+/* The owner, this thread, marks pg slow or not (not locked: the heap's lock
+ * is taken alone). */
+static void page_mark(page_t *pg, bool slow) {
+  heap_t *h = hm_tls_heap;
+  heap_enter(h);
+  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) == h)
+    page_set_flags(pg, slow ? pg->flags | PAGE_SLOW : pg->flags & (uint8_t)~PAGE_SLOW);
+  heap_leave(h);
 }
 
 static _Atomic uint32_t *filter_of(uintptr_t p) { return &P.filter[(hash_ptr(p) >> 20) & (FILTER - 1)]; }
@@ -276,8 +323,10 @@ static void sample(void *p, size_t n) {
   }
   uint64_t weight = (uint64_t)((double)n / one_minus_exp_neg((double)n / (double)P.rate) + 0.5);
 
+  page_t *pg = class_page(p);
+  bool mark = false;
   sigset_t old = lock_all();
-  sample_t *s = P.nsamples < SAMPLES ? sample_slot((uintptr_t)p) : NULL;
+  sample_t *s = P.nsamples < SAMPLES ? slot_of(P.samples, (uintptr_t)p) : NULL;
   if (s && s->p == 0) {
     uint32_t t = trace_of((uintptr_t *)&raw[skip], depth);
     trace_t *tr = &P.traces[t];
@@ -292,10 +341,12 @@ static void sample(void *p, size_t n) {
     atomic_fetch_add_explicit(filter_of((uintptr_t)p), 1, memory_order_relaxed);
     P.live += weight;
     peak_check();
+    mark = pg && page_count(pg, 1) == 1 && !(pg->flags & PAGE_SLOW);
   } else {
     P.dropped++;
   }
   unlock_all(old);
+  if (mark) page_mark(pg, true);
   busy = false;
 }
 
@@ -307,22 +358,30 @@ void profile_alloc(void *p, size_t n) {
   sample(p, n);
 }
 
-/* A block freed is found in the tables only if its filter count is not 0:
- * the count went up before its malloc returned, so before this free. */
-void profile_free(void *p) {
-  if (likely(atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) == 0)) return;
+/* p of page pg (NULL: a huge block's, already moved) is freed.  It is
+ * found in the tables only if its filter count is not 0: the count went up
+ * before its malloc returned, so before this free.  The owner's free on a
+ * page marked slow unmarks it once no sample is left there. */
+void profile_free(void *p, page_t *pg) {
+  bool sampled = atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0;
+  bool marked = pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES &&
+                atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap && (pg->flags & PAGE_SLOW);
+  if (likely(!sampled && !marked)) return;
   sigset_t old = lock_all();
-  sample_t *s = sample_slot((uintptr_t)p);
-  if (s->p == (uintptr_t)p) {
+  sample_t *s = sampled ? slot_of(P.samples, (uintptr_t)p) : NULL;
+  if (s && s->p == (uintptr_t)p) {
     trace_t *tr = &P.traces[s->trace];
     tr->live_bytes -= s->weight;
     tr->live_count--;
     P.live -= s->weight;
     P.nsamples--;
     atomic_fetch_sub_explicit(filter_of((uintptr_t)p), 1, memory_order_relaxed);
-    sample_delete(s);
+    slot_delete(P.samples, s);
+    if (pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES) page_count(pg, -1);
   }
+  bool unmark = marked && page_count(pg, 0) == 0;
   unlock_all(old);
+  if (unmark) page_mark(pg, false);
 }
 
 /* fork (heap.c): the lock is taken with the other global locks when other
@@ -778,7 +837,7 @@ void profile_init(void) {
     return;
   }
   size_t size = STACKS * sizeof(trace_t) + 2 * STACKS * sizeof(uint32_t) + FRAME_POOL * sizeof(uintptr_t) +
-                2 * SAMPLES * sizeof(sample_t) + FILTER * sizeof(uint32_t);
+                4 * SAMPLES * sizeof(sample_t) + FILTER * sizeof(uint32_t);
   uint8_t *m = os_map(size);
   if (!m) {
     hm_warn("hakmem: warning: no memory for the profiler's tables; profiling is off\n");
@@ -787,6 +846,7 @@ void profile_init(void) {
   P.map_size = size;
   P.traces = (trace_t *)m;
   P.samples = (sample_t *)(m += STACKS * sizeof(trace_t));
+  P.pages = (sample_t *)(m += 2 * SAMPLES * sizeof(sample_t));
   P.pool = (uintptr_t *)(m += 2 * SAMPLES * sizeof(sample_t));
   P.index = (uint32_t *)(m += FRAME_POOL * sizeof(uintptr_t));
   P.filter = (_Atomic uint32_t *)(m + 2 * STACKS * sizeof(uint32_t));

@@ -61,9 +61,9 @@ static inline void slow_mode_alloc(void *p, size_t requested) {
   if (hm_counting) stats_count_alloc(p, requested);
   if (hm_profiling) profile_alloc(p, requested);
 }
-static inline void slow_mode_free(void *p, const page_t *pg) {
+static inline void slow_mode_free(void *p, page_t *pg) {
   if (hm_counting) stats_count_free(pg);
-  if (hm_profiling) profile_free(p);
+  if (hm_profiling) profile_free(p, pg);
 }
 
 /* A walk over every segment (segment.c): blocks per class and memory. */
