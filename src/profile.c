@@ -84,6 +84,7 @@ typedef struct trace_s {
 typedef struct sample_s {
   uintptr_t p;                    /* 0: empty slot */
   uint32_t trace;
+  bool on_page;                   /* counted in its page's page_filter entry */
   uint64_t weight;
 } sample_t;
 
@@ -93,7 +94,7 @@ static struct {
   uint32_t *index;                /* [2 * STACKS]: trace numbers + 1 by hash, 0 empty */
   uintptr_t *pool;                /* [FRAME_POOL] */
   sample_t *samples;              /* [2 * SAMPLES] by address */
-  sample_t *pages;                /* [2 * SAMPLES]: pages holding samples, weight = how many */
+  _Atomic uint32_t *page_filter;  /* [FILTER]: live samples on the pages of each page hash */
   _Atomic uint32_t *filter;       /* [FILTER] */
   size_t map_size;
   uint32_t ntraces, npool, nsamples;
@@ -191,36 +192,38 @@ static uint32_t trace_of(uintptr_t *pc, uint32_t n) {
   }
 }
 
-/* The tables by address (live samples; pages holding them): 2 * SAMPLES
- * slots, linear probing, deletion by shifting back (no tombstones).  The
- * slot of key p, or the empty one where it goes. */
-static sample_t *slot_of(sample_t *table, uintptr_t p) {
+/* Live samples: linear probing, deletion by shifting back (no tombstones).
+ * The slot of p, or the empty one where it goes. */
+static sample_t *sample_slot(uintptr_t p) {
   uint32_t mask = 2 * SAMPLES - 1;
   for (uint32_t i = (uint32_t)hash_ptr(p) & mask;; i = (i + 1) & mask)
-    if (table[i].p == p || table[i].p == 0) return &table[i];
+    if (P.samples[i].p == p || P.samples[i].p == 0) return &P.samples[i];
 }
 
-static void slot_delete(sample_t *table, sample_t *s) {
-  uint32_t mask = 2 * SAMPLES - 1, i = (uint32_t)(s - table), j = i;
+static void sample_delete(sample_t *s) {
+  uint32_t mask = 2 * SAMPLES - 1, i = (uint32_t)(s - P.samples), j = i;
   for (;;) {
     j = (j + 1) & mask;
-    if (table[j].p == 0) break;
-    uint32_t home = (uint32_t)hash_ptr(table[j].p) & mask;
+    if (P.samples[j].p == 0) break;
+    uint32_t home = (uint32_t)hash_ptr(P.samples[j].p) & mask;
     /* j's entry may move to the hole at i if its home is not in (i, j] */
     if ((i <= j) ? (home <= i || home > j) : (home <= i && home > j)) {
-      table[i] = table[j];
+      P.samples[i] = P.samples[j];
       i = j;
     }
   }
-  table[i].p = 0;
+  P.samples[i].p = 0;
 }
 
 /* ---- pages holding samples ----------------------------------------------------
  * The pages are not slow (hm_page_flags has no PAGE_SLOW), so frees take
  * their fast path, but for a page holding a live sample: its owner sets
  * PAGE_SLOW on it when it samples one of its blocks, and clears it when a
- * free of its own there finds no sample left on the page.  Other threads'
- * frees take the slow path anyway in slow mode.  Pages of one block (large,
+ * free of its own there finds no sample left on the page: when the count of
+ * live samples on the pages of its hash is 0 (a page sharing its hash stays
+ * marked a little longer).  Only the owner samples on a page, so no sample
+ * arrives there while it looks.  Other threads' frees take the slow path
+ * anyway in slow mode.  Pages of one block (large,
  * huge) are always slow (their flags are never clear), and so is every
  * page when the calls are counted (stats, secure: hm_page_flags). */
 
@@ -233,19 +236,7 @@ static page_t *class_page(const void *p) {
   return pg->cls < CLASSES ? pg : NULL;
 }
 
-/* (locked) One more or one fewer live sample on pg; its count. */
-static uint64_t page_count(page_t *pg, int delta) {
-  sample_t *s = slot_of(P.pages, (uintptr_t)pg);
-  if (s->p == 0) {
-    if (delta <= 0) return 0;
-    s->p = (uintptr_t)pg;
-    s->weight = 0;
-  }
-  s->weight += (uint64_t)(int64_t)delta;
-  uint64_t n = s->weight;
-  if (n == 0) slot_delete(P.pages, s);
-  return n;
-}
+static _Atomic uint32_t *page_filter_of(const page_t *pg) { return &P.page_filter[(hash_ptr((uintptr_t)pg) >> 20) & (FILTER - 1)]; }
 
 /* The owner, this thread, marks pg slow or not (not locked: the heap's lock
  * is taken alone). */
@@ -326,7 +317,7 @@ static void sample(void *p, size_t n) {
   page_t *pg = class_page(p);
   bool mark = false;
   sigset_t old = lock_all();
-  sample_t *s = P.nsamples < SAMPLES ? slot_of(P.samples, (uintptr_t)p) : NULL;
+  sample_t *s = P.nsamples < SAMPLES ? sample_slot((uintptr_t)p) : NULL;
   if (s && s->p == 0) {
     uint32_t t = trace_of((uintptr_t *)&raw[skip], depth);
     trace_t *tr = &P.traces[t];
@@ -336,12 +327,14 @@ static void sample(void *p, size_t n) {
     tr->live_count++;
     s->p = (uintptr_t)p;
     s->trace = t;
+    s->on_page = pg != NULL;
     s->weight = weight;
     P.nsamples++;
     atomic_fetch_add_explicit(filter_of((uintptr_t)p), 1, memory_order_relaxed);
     P.live += weight;
     peak_check();
-    mark = pg && page_count(pg, 1) == 1 && !(pg->flags & PAGE_SLOW);
+    if (pg) atomic_fetch_add_explicit(page_filter_of(pg), 1, memory_order_relaxed);
+    mark = pg && !(pg->flags & PAGE_SLOW);
   } else {
     P.dropped++;
   }
@@ -363,25 +356,25 @@ void profile_alloc(void *p, size_t n) {
  * before its malloc returned, so before this free.  The owner's free on a
  * page marked slow unmarks it once no sample is left there. */
 void profile_free(void *p, page_t *pg) {
-  bool sampled = atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0;
-  bool marked = pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES &&
-                atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap && (pg->flags & PAGE_SLOW);
-  if (likely(!sampled && !marked)) return;
-  sigset_t old = lock_all();
-  sample_t *s = sampled ? slot_of(P.samples, (uintptr_t)p) : NULL;
-  if (s && s->p == (uintptr_t)p) {
-    trace_t *tr = &P.traces[s->trace];
-    tr->live_bytes -= s->weight;
-    tr->live_count--;
-    P.live -= s->weight;
-    P.nsamples--;
-    atomic_fetch_sub_explicit(filter_of((uintptr_t)p), 1, memory_order_relaxed);
-    slot_delete(P.samples, s);
-    if (pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES) page_count(pg, -1);
+  if (unlikely(atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0)) {
+    sigset_t old = lock_all();
+    sample_t *s = sample_slot((uintptr_t)p);
+    if (s->p == (uintptr_t)p) {
+      trace_t *tr = &P.traces[s->trace];
+      tr->live_bytes -= s->weight;
+      tr->live_count--;
+      P.live -= s->weight;
+      P.nsamples--;
+      atomic_fetch_sub_explicit(filter_of((uintptr_t)p), 1, memory_order_relaxed);
+      if (s->on_page) atomic_fetch_sub_explicit(page_filter_of(pg), 1, memory_order_relaxed);
+      sample_delete(s);
+    }
+    unlock_all(old);
   }
-  bool unmark = marked && page_count(pg, 0) == 0;
-  unlock_all(old);
-  if (unmark) page_mark(pg, false);
+  if (pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES &&
+      atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap && (pg->flags & PAGE_SLOW) &&
+      atomic_load_explicit(page_filter_of(pg), memory_order_relaxed) == 0)
+    page_mark(pg, false);
 }
 
 /* fork (heap.c): the lock is taken with the other global locks when other
@@ -837,7 +830,7 @@ void profile_init(void) {
     return;
   }
   size_t size = STACKS * sizeof(trace_t) + 2 * STACKS * sizeof(uint32_t) + FRAME_POOL * sizeof(uintptr_t) +
-                4 * SAMPLES * sizeof(sample_t) + FILTER * sizeof(uint32_t);
+                2 * SAMPLES * sizeof(sample_t) + 2 * FILTER * sizeof(uint32_t);
   uint8_t *m = os_map(size);
   if (!m) {
     hm_warn("hakmem: warning: no memory for the profiler's tables; profiling is off\n");
@@ -846,10 +839,10 @@ void profile_init(void) {
   P.map_size = size;
   P.traces = (trace_t *)m;
   P.samples = (sample_t *)(m += STACKS * sizeof(trace_t));
-  P.pages = (sample_t *)(m += 2 * SAMPLES * sizeof(sample_t));
   P.pool = (uintptr_t *)(m += 2 * SAMPLES * sizeof(sample_t));
   P.index = (uint32_t *)(m += FRAME_POOL * sizeof(uintptr_t));
-  P.filter = (_Atomic uint32_t *)(m + 2 * STACKS * sizeof(uint32_t));
+  P.filter = (_Atomic uint32_t *)(m += 2 * STACKS * sizeof(uint32_t));
+  P.page_filter = P.filter + FILTER;
   P.ntraces = 1;                            /* entry 0: stacks beyond the table */
   P.rate = hm_options.profile_rate;
   strcpy(P.prefix, prefix);
