@@ -98,11 +98,12 @@ static struct {
   _Atomic uint32_t *filter;       /* [FILTER] */
   size_t map_size;
   uint32_t ntraces, npool, nsamples;
-  uint64_t live, peak_copied, peak, dropped;
+  uint64_t live, peak_copied, dropped;   /* estimated bytes live, at the last peak copy */
   uintptr_t self_lo, self_hi;     /* hakmem's code, when a shared library */
   char prefix[256];
   long rate;
-} P = { .lock = PTHREAD_MUTEX_INITIALIZER };
+  int err_fd;                     /* stderr, taken at start: a program may close it before exit */
+} P = { .lock = PTHREAD_MUTEX_INITIALIZER, .err_fd = -1 };
 
 static __thread int64_t until;    /* bytes to this thread's next sample point */
 static __thread uint64_t rng;     /* 0 until the thread's first draw */
@@ -252,7 +253,6 @@ static _Atomic uint32_t *filter_of(uintptr_t p) { return &P.filter[(hash_ptr(p) 
 
 /* The live heap grew 1/64 past the last copy: copy it as the peak's. */
 static void peak_check(void) {
-  if (P.live > P.peak) P.peak = P.live;
   if (P.live <= P.peak_copied + P.peak_copied / 64) return;
   P.peak_copied = P.live;
   for (uint32_t t = 0; t < P.ntraces; t++) {
@@ -462,7 +462,7 @@ typedef struct dump_s {
   uint32_t *depth, **funcs;       /* [ntraces] */
   uint64_t *value[VIEWS], *count[VIEWS];
   const char **name;              /* [nfuncs] */
-  uint64_t rate, peak, live, dropped;
+  uint64_t dropped;
   char exe[256];
 } dump_t;
 
@@ -549,7 +549,7 @@ static bool symbolize(dump_t *d) {
  * its stacks' bytes (its own and its callees'). */
 typedef struct node_s { uint32_t func, child, sibling; uint64_t value; } node_t;
 
-static node_t *tree(dump_t *d, int view, uint32_t *count) {
+static node_t *tree(dump_t *d, int view) {
   uint32_t frames = 1;
   for (uint32_t t = 0; t < d->ntraces; t++) frames += d->depth[t];
   node_t *nodes = take(&d->a, frames * sizeof *nodes);
@@ -573,7 +573,6 @@ static node_t *tree(dump_t *d, int view, uint32_t *count) {
       at = c;
     }
   }
-  *count = n;
   return nodes;
 }
 
@@ -720,7 +719,7 @@ static void write_top(out_t *o, dump_t *d, int view, const char *what) {
   }
 }
 
-#define ARENA (64u << 20)
+#define ARENA ((size_t)256 << 20)     /* room for full tables; only what is used is touched */
 
 /* Write PATH.{live or leaks,peak,alloc}.{folded,svg}; at exit, the top call
  * sites to stderr as well.  0, or -1 if a file could not be written. */
@@ -753,16 +752,14 @@ static int dump(const char *path, bool at_exit) {
       d->count[VIEW_ALLOC][t] = tr->alloc_count;
     }
   }
-  d->live = P.live;
-  d->peak = P.peak_copied;
   d->dropped = P.dropped;
   unlock_all(old);
   if (!d->count[VIEWS - 1] || !symbolize(d)) goto unmap;
   rc = 0;
+  size_t mark = d->a.used;
   for (int v = 0; v < VIEWS; v++) {
-    size_t mark = d->a.used;
-    uint32_t count;
-    node_t *nodes = tree(d, v, &count);
+    d->a.used = mark;                       /* (each view's tree in the same room) */
+    node_t *nodes = tree(d, v);
     const char *kind = v == VIEW_LIVE && at_exit ? "leaks" : view_name[v];
     char title[160];
     snprintf(title, sizeof title, "%s: %.1f MiB (hakmem heap profile, pid %d)",
@@ -776,12 +773,11 @@ static int dump(const char *path, bool at_exit) {
     if (open_out(o, path, kind, "svg") < 0) { rc = -1; continue; }
     write_svg(o, d, nodes, title);
     if (!close_out(o)) rc = -1;
-    d->a.used = mark;
   }
   if (at_exit) {
     out_t *o = take(&d->a, sizeof *o);
     if (o) {
-      *o = (out_t){ .fd = 2 };
+      *o = (out_t){ .fd = P.err_fd >= 0 ? P.err_fd : 2 };
       putf(o, "hakmem: heap profile (pid %d; one sample per %ld bytes; %s.*.folded, .svg)\n", (int)getpid(), P.rate, path);
       write_top(o, d, VIEW_LIVE, "live at exit (leaks)");
       write_top(o, d, VIEW_PEAK, "live at the peak");
@@ -845,6 +841,7 @@ void profile_init(void) {
   P.page_filter = P.filter + FILTER;
   P.ntraces = 1;                            /* entry 0: stacks beyond the table */
   P.rate = hm_options.profile_rate;
+  P.err_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   strcpy(P.prefix, prefix);
   if (hm_options.profile_signal) {
     struct sigaction sa;
@@ -865,9 +862,9 @@ void profile_stats(int fd) {
   unlock_all(old);
   size_t used = traces * sizeof(trace_t) + frames * sizeof(uintptr_t) + samples * 2 * sizeof(sample_t);
   hm_print(fd, "  profile     %u sampled blocks live (%llu not sampled: table full), %u stacks of %u, %u frames; "
-               "tables %.1f MiB mapped, about %.1f MiB used\n",
+               "tables %.1f MiB mapped, %zu KiB of it in use\n",
            samples, (unsigned long long)dropped, traces, STACKS - 1, frames, (double)P.map_size / (1 << 20),
-           (double)used / (1 << 20));
+           (used + 1023) / 1024);
 }
 
 __typeof__(hm_profile_dump) hakmem_profile_dump __attribute__((alias("hm_profile_dump"), visibility("default")));

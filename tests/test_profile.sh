@@ -102,6 +102,11 @@ n=$(ls "$tmp"/c | sed -n 's/^c\.\([0-9]*\)\..*/\1/p' | sort -u | wc -l)
 echo "# $n of 60 forked children sampled"
 [ $rc -eq 0 ] && [ "$n" -ge 1 ] && [ "$n" -le 40 ]; result children_draw_their_own $? "exit $rc, $n children sampled"
 
+# The statistics report shows the profiler's tables.
+HAKMEM_STATS=1 profiled t "$SITES" dump "$tmp/t" >/dev/null 2>"$tmp/err"
+grep -qE '^  profile +[0-9]+ sampled blocks live .* tables [0-9.]+ MiB mapped, [0-9]+ KiB of it in use$' "$tmp/err"
+result stats_line $? "$(grep -A2 'os calls' "$tmp/err" | head -3)"
+
 # Off: no files, and the function says so.
 timeout 60 env HAKMEM_PROFILE= LD_PRELOAD="$LIB" "$SITES" dump "$tmp/off" >/dev/null 2>&1
 rc=$?
