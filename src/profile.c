@@ -800,7 +800,10 @@ static void dump_on_signal(void) {
   dump(path, false);
 }
 
+/* (A program may ask before its first allocation: the options are read with
+ * the first heap.) */
 int hm_profile_dump(const char *path) {
+  heap_get();
   if (!hm_profiling || !path) return -1;
   return dump(path, false);
 }
