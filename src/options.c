@@ -35,7 +35,7 @@ static const struct option_def {
   { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, NULL },
   { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, NULL },
   { "HAKMEM_PROFILE", NULL, 0, 0, 0, false, &hm_options.profile },
-  { "HAKMEM_PROFILE_RATE", &hm_options.profile_rate, 512 * 1024, 1, 1L << 40, false, NULL },
+  { "HAKMEM_PROFILE_RATE", &hm_options.profile_rate, 512 * 1024, 1, 1L << 30, false, NULL },
   { "HAKMEM_PROFILE_SIGNAL", &hm_options.profile_signal, 0, 0, 64, false, NULL },
 };
 
