@@ -84,7 +84,7 @@ test: all $(TEST_BINS) $(EXT_BINS) $(BUILD)/tests/profile_sites
 # Sanitizer builds: hakmem is compiled with the sanitizer and linked into the
 # tests under its hakmem_* names only (HAKMEM_NO_OVERRIDE), so the sanitizer's
 # own malloc stays in charge of the C library while it checks hakmem's code.
-SAN_TESTS = $(filter test_api test_forgery test_decay test_sizeclass test_integrity test_mt test_lineage test_stats test_purge test_retired test_nopurger test_nodelay test_spares test_tcache test_secure test_sampling,$(TEST_SRCS:tests/%.c=%))
+SAN_TESTS = $(filter test_api test_control test_heaps test_forgery test_decay test_sizeclass test_integrity test_mt test_lineage test_stats test_purge test_retired test_nopurger test_nodelay test_spares test_tcache test_secure test_sampling,$(TEST_SRCS:tests/%.c=%))
 test-sanitize:
 	$(MAKE) BUILD=build/asan CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -DHAKMEM_NO_OVERRIDE" san-run
 	$(MAKE) BUILD=build/tsan CC=clang CFLAGS="-O1 -g -fsanitize=thread -DHAKMEM_NO_OVERRIDE" san-run

@@ -118,6 +118,7 @@ fanin-t4       full     $B/prodcons 3 2000000 16 1024 fanin
 falseshare-t2  default  $B/false_sharing 2 1000000 8 100
 falseshare-t4  full     $B/false_sharing 4 500000 8 100
 churn          default  $B/thread_churn 500 4 2000
+walk           full     $B/walk 2000000 10 64
 rssfree-idle   default  $B/rss_free 4 300 idle
 rssfree-exit   default  $B/rss_free 4 300 exit
 redis          default  bench/redis.sh 100000

@@ -32,6 +32,46 @@ void   hakmem_free_aligned_sized(void *p, size_t alignment, size_t size);
 /* Return free memory to the OS now; 1 if anything was released. */
 int    hakmem_malloc_trim(size_t pad);
 
+/* ---- first-class heaps ------------------------------------------------------
+ * A heap of its own for a request's or a parse's objects, released at once.
+ * hakmem_heap_new makes one (NULL with ENOMEM); only the thread that made it
+ * may allocate from it or end it (another thread's call is reported, then
+ * abort).  Its blocks are ordinary blocks: free, realloc and
+ * malloc_usable_size take them from any thread (realloc may move one into
+ * the calling thread's own heap).  hakmem_heap_realloc keeps a block that
+ * fits, else moves it into the heap.
+ * hakmem_heap_destroy frees every block of the heap at once, in time
+ * proportional to its pages, not its blocks; its blocks must no longer be
+ * used, nor freed, by any thread.  hakmem_heap_delete ends the heap but
+ * keeps its blocks: they go on in the calling thread's own heap.  A thread
+ * that exits deletes the heaps it made and did not end. */
+typedef struct heap_s hakmem_heap_t;
+hakmem_heap_t *hakmem_heap_new(void);
+void  *hakmem_heap_malloc(hakmem_heap_t *heap, size_t size);
+void  *hakmem_heap_calloc(hakmem_heap_t *heap, size_t n, size_t size);
+void  *hakmem_heap_realloc(hakmem_heap_t *heap, void *p, size_t size);
+void  *hakmem_heap_aligned_alloc(hakmem_heap_t *heap, size_t alignment, size_t size);
+void   hakmem_heap_delete(hakmem_heap_t *heap);
+void   hakmem_heap_destroy(hakmem_heap_t *heap);
+
+/* ---- run-time control -------------------------------------------------------
+ * hakmem_collect(0): this thread's heap gives back now what it holds free
+ * (its caches, its empty pages, the blocks other threads freed to it), its
+ * free memory purged whatever the delay; no other thread is disturbed.
+ * hakmem_collect(1): every heap, as malloc_trim(0).
+ *
+ * The options of the HAKMEM_* variables (README: Options), by the variable's
+ * name or the rest after HAKMEM_, in any case ("purge_delay_ms"):
+ * hakmem_option_get stores the value in *value; hakmem_option_set takes
+ * effect from the next decision that reads it (the next purge's delay, the
+ * next segment cached; "background" starts or stops the purger at once).
+ * Both return 0, or EINVAL for an unknown name or a value out of the
+ * option's range; set returns EPERM for an option fixed at start-up
+ * (secure, stats, thread_cache_kb) unless the value is the current one. */
+void   hakmem_collect(int force);
+int    hakmem_option_get(const char *name, long *value);
+int    hakmem_option_set(const char *name, long value);
+
 /* ---- statistics -------------------------------------------------------------
  * A snapshot of the whole process (every thread's memory), taken by walking
  * hakmem's segments: cheap enough to call now and then, not per allocation.
@@ -58,7 +98,7 @@ typedef struct hakmem_stats_s {
 void hakmem_stats_get(hakmem_stats_t *out);
 
 /* Per size class: k = 0 .. hakmem_stats_class returns -1 past the last one;
- * the last two are "large" (up to 2 MiB) and "huge" blocks (block_size 0). */
+ * the last two are "large" (up to 4032 KiB) and "huge" blocks (block_size 0). */
 typedef struct hakmem_class_stats_s {
   size_t block_size;      /* bytes per block */
   size_t pages;           /* pages serving the class */

@@ -241,9 +241,9 @@ void *hm_pvalloc(size_t n) {
 }
 
 /* realloc's most common call, a buffer grown in small steps that still fits
- * its block: free's checks, inline, and no lookup() (which, with the rest of
- * hm_realloc, was 43 % of realloc-256k's time).  A block that looks free, a
- * huge one and the hardened mode take the full path. */
+ * its block: free's checks, inline, and no lookup() (a large share of such a
+ * program's time).  A block that looks free, a huge one and the hardened
+ * mode take the full path. */
 HM_INLINE bool realloc_fits(void *p, size_t n) {
   page_t *pg = hm_secure ? NULL : block_page(p);
   if (!pg) return false;
@@ -279,8 +279,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   /* A block above 32 KiB (the classes with thread caches) that must move to
    * grow by less than half gets 50 % headroom: a buffer grown in small steps
    * is copied O(log n) times, not at every size class (four per doubling),
-   * and realloc does not touch the headroom.  (realloc-256k: 1.35x faster,
-   * peak RSS 35.2 -> 31.2 MiB; docs/performance-log.md.) */
+   * and realloc does not touch the headroom. */
   void *q = NULL;
   if (n > usable && n > TABLE_MAX && n - usable < usable / 2 && usable / 2 <= ALLOC_MAX - usable) {
     size_t room = usable + usable / 2;
@@ -307,31 +306,44 @@ void *hm_reallocarray(void *p, size_t n, size_t size) {
   return hm_realloc(p, total);
 }
 
-/* Everything that can be returned now: this thread's empty pages (after
- * collecting what other threads freed into them), the unreachable pages of
- * every other heap not busy in a slow path, every free slice, the caches. */
+/* What this thread's heap can return now: its quarantine, what other
+ * threads freed into its pages, its caches, its empty pages, and the free
+ * slices of its segments, purged whatever their delay. */
+static void trim_own(heap_t *h) {
+  if (hm_secure) secure_flush(h);
+  remote_collect(h);
+  remote_flush(h);
+  heap_enter(h);
+  tcache_flush(h);
+  heap_collect_all(h);
+  segment_purge_due(h, PURGE_FORCE, NULL);
+  heap_leave(h);
+}
+
+/* Everything that can be returned now: this thread's heap, the unreachable
+ * pages of every other heap not busy in a slow path, every free slice, the
+ * caches. */
 int hm_malloc_trim(size_t pad) {
   (void)pad;
   heap_t *h = hm_tls_heap;
   int64_t before = atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed);
-  if (h != &hm_heap_empty) {
-    if (hm_secure) secure_flush(h);
-    remote_collect(h);
-    remote_flush(h);
-    heap_enter(h);
-    tcache_flush(h);
-    heap_collect_all(h);
-    segment_purge_due(h, PURGE_FORCE, NULL);
-    heap_leave(h);
-  }
+  if (h != &hm_heap_empty) trim_own(h);
   purge_idle_heaps(h);
   bool unmapped = segment_cache_trim();
   unmapped |= segment_huge_cache_purge(true, NULL);
   return unmapped || atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed) != before;
 }
 
+/* hakmem_collect: this thread's heap only (cheap: no other heap is looked
+ * at), or with force all of malloc_trim. */
+void hm_collect(int force) {
+  if (force) hm_malloc_trim(0);
+  else if (hm_tls_heap != &hm_heap_empty) trim_own(hm_tls_heap);
+}
+
 /* The hakmem_* names, for programs that want hakmem beside another malloc. */
-#define EXPORT(name) __typeof__(hm_##name) hakmem_##name __attribute__((alias("hm_" #name), visibility("default")));
-EXPORT(malloc) EXPORT(free) EXPORT(calloc) EXPORT(realloc) EXPORT(reallocarray)
-EXPORT(posix_memalign) EXPORT(aligned_alloc) EXPORT(memalign) EXPORT(valloc) EXPORT(pvalloc)
-EXPORT(malloc_usable_size) EXPORT(free_sized) EXPORT(free_aligned_sized) EXPORT(malloc_trim)
+HM_EXPORT_HAKMEM(malloc) HM_EXPORT_HAKMEM(free) HM_EXPORT_HAKMEM(calloc) HM_EXPORT_HAKMEM(realloc)
+HM_EXPORT_HAKMEM(reallocarray) HM_EXPORT_HAKMEM(posix_memalign) HM_EXPORT_HAKMEM(aligned_alloc)
+HM_EXPORT_HAKMEM(memalign) HM_EXPORT_HAKMEM(valloc) HM_EXPORT_HAKMEM(pvalloc) HM_EXPORT_HAKMEM(malloc_usable_size)
+HM_EXPORT_HAKMEM(free_sized) HM_EXPORT_HAKMEM(free_aligned_sized) HM_EXPORT_HAKMEM(malloc_trim)
+HM_EXPORT_HAKMEM(collect)

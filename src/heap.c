@@ -236,18 +236,17 @@ void heap_page_retire(heap_t *h, page_t *pg) {
  * A page emptied behind the first page of its queue may stay there, all its
  * blocks free, for its class's next refill: a spare.  A thread whose frees
  * come in batches (other threads' frees it collects, a full thread cache)
- * empties pages in passing and carves new ones at once: with a small
- * HAKMEM_THREAD_CACHE_KB, 30000 times in a 0.05 s run of `mt_remote 2
- * 2000000 400 16384 65536 50`, each new page on whatever slices the segments
- * had free while the old one's waited for the purge (docs/performance-log.md).
+ * empties pages in passing and carves new ones at once, each new page on
+ * whatever slices the segments have free while the old one's wait for the
+ * purge.
  * So a class that refills (carves a page, or takes a spare, after one of its
  * pages emptied) SPARE_AFTER times in a purge delay keeps its emptied pages
  * of up to KEEP_SLICES: CLASS_SPARES of them, one of one-slice pages (which
  * any class's next page reuses as they are), SPARE_SLICES in all.  A class
  * that empties pages without refilling them (a thread freeing what it built)
- * keeps none, nor do longer pages (`realloc_growth 4000000 16 1048576 256`,
- * buffers growing through the big classes, ran 3 % slower and peaked 2 MB
- * higher with them): those slices serve other classes and big blocks.  A
+ * keeps none, nor do longer pages (buffers growing through the big classes
+ * run slower and peak higher with them): those slices serve other classes
+ * and big blocks.  A
  * spare still unused at the second check after it was kept (the checks are a
  * purge delay apart) goes back to its segment; the purger takes those of a
  * heap gone quiet at once, as malloc_trim and thread exit do. */
@@ -434,6 +433,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   }
   page_t *pg = segment_huge_alloc(h, n, align);
   if (!pg) return enomem();
+  if (h->user) userheap_huge_add(h, segment_of(pg));
   return pg->start;
 }
 
@@ -674,7 +674,7 @@ static heap_t *heap_unpark(void) {
   return h;
 }
 
-static heap_t *heap_made(void) {
+heap_t *heap_made(void) {
   heap_t *h = heap_struct_alloc();
   if (!h) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
@@ -696,6 +696,8 @@ static heap_t *heap_made(void) {
   unlock_raw(h);
   return h;
 }
+
+void heap_process_ready(void) { pthread_once(&process_once, process_init); }
 
 heap_t *heap_get(void) {
   heap_t *h = hm_tls_heap;
@@ -729,9 +731,9 @@ static void heap_give_back(heap_t *h) {
   if (!purge_running()) segment_retired_unmap();
 }
 
-/* Free every page of h that is empty, and abandon the segments that still
- * hold live blocks so that live threads can reclaim them. */
-static void heap_done(heap_t *h) {
+/* Free every page of h that is empty (its caches, parked pages and the
+ * frees of other threads collected first), and the segments left empty. */
+void heap_drain(heap_t *h) {
   tcache_flush(h);
   /* 1. no more deliveries into h->delayed */
   for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);
@@ -750,6 +752,12 @@ static void heap_done(heap_t *h) {
    * slices stay resident for the delay of abandoned segments, for a thread
    * that starts soon to take over; the purger purges them when due. */
   heap_give_back(h);
+}
+
+/* Drain h, and abandon the segments that still hold live blocks so that
+ * live threads can reclaim them. */
+static void heap_done(heap_t *h) {
+  heap_drain(h);
   uint64_t pending = 0;
   while (h->segments) {
     segment_t *s = h->segments;
@@ -770,10 +778,19 @@ static void heap_release(heap_t *h) {
   remote_close(h);                   /* (before the lock: it frees) */
   lock_raw(h);
   heap_done(h);
-  h->live = false;
-  atomic_store_explicit(&h->idle, 1, memory_order_relaxed);   /* nothing for the purger here */
+  heap_gone(h);
   unlock_raw(h);
   hm_tls_heap = self;
+  heap_recycle(h);
+}
+
+/* (h locked) h holds nothing any more: the purger passes it by. */
+void heap_gone(heap_t *h) {
+  h->live = false;
+  atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
+}
+
+void heap_recycle(heap_t *h) {
   pthread_mutex_lock(&heaps_lock);
   h->next_free = heaps_free;
   heaps_free = h;
@@ -846,6 +863,7 @@ uint64_t heap_parked_tidy(uint64_t now) {
 static void heap_thread_done(void *arg) {
   heap_t *h = arg;
   if (!h || h == &hm_heap_empty) return;
+  userheap_thread_done(h);
   stat_dec(STAT_THREADS);
   purge_thread_exit();               /* (first: the heap is given back as without the purger) */
   if (hm_secure) secure_flush(h);

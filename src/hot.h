@@ -4,7 +4,7 @@
  * up to 3.5 KiB the class's current page, from 4 KiB the heap's thread cache
  * of the class (tcache.c), laid out as a page's pop line so that both pop
  * alike: no branch on the kind of class (a random mix of small and big sizes
- * mispredicted it, docs/performance-log.md).
+ * mispredicts it).
  *
  * malloc(n):               list = heap->direct[n / 16] (up to 32 KiB; by
  *                          512 bytes above), pop list->free.
@@ -95,14 +95,13 @@ HM_INLINE void hm_owner_push(heap_t *h, list_t *o, page_t *pg, block_t *b) {
     else tcache_full(h, pg);
   }
 }
-HM_INLINE void hm_page_push(heap_t *h, page_t *pg, block_t *b) { hm_owner_push(h, &pg->list, pg, b); }
 
 /* A block of n's class from h's list for it, or NULL with *c the class for
  * heap_malloc_slow (CLASS_LARGE above the classes); *c is set only then.
  * The list's entry is read with acquire: the purger, having cut a cache,
  * puts its entry back (tcache_take).  No prefetch of the next block: pages
- * gain little by it and a thread cache's next block is hot, and fetching it
- * cost fixed-4k (25 blocks in one L1 set) 9 %. */
+ * gain little by it, a thread cache's next block is hot, and for blocks at
+ * 4 KiB strides, all in one L1 set, the fetch evicts what is in use. */
 HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   size_t i;
   if (likely(n <= DIRECT_16_MAX)) {

@@ -22,6 +22,9 @@
 #include <pthread.h>
 
 #define HM_EXPORT     __attribute__((visibility("default")))
+/* hakmem_name, the exported name of hm_name (defined in the same file) */
+#define HM_EXPORT_HAKMEM(name) \
+  __typeof__(hm_##name) hakmem_##name __attribute__((alias("hm_" #name), visibility("default")));
 #define HM_INLINE     static inline __attribute__((always_inline))
 #define HM_NOINLINE   __attribute__((noinline))
 #define HM_COLD       __attribute__((cold, noinline))
@@ -350,14 +353,14 @@ typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   /* (a line on: a segment's first line sits in the L1 set that every block at
    * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
-   * and free's lookup here lost it to them: fixed-4k 7 % slower) */
+   * and free's lookup here would lose it to them) */
   _Alignas(64) page_t *slice_page[SLICES]; /* slice -> page descriptor (NULL when free) */
   list_t *_Atomic slice_push[SLICES]; /* slice of a class page -> where its owner's free
                                     pushes (page_set_local): the page, or the owner's
                                     thread cache of the class.  Beside slice_page, so that
                                     free knows the push's address as early as the page's
-                                    (from the page descriptor, a second load: larson 9 %
-                                    slower, the cold descriptor's two lines in turn) */
+                                    (from the page descriptor, a second load waits for
+                                    the cold descriptor's two lines in turn) */
   uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
   uint64_t dirty_slices;         /* free slices that may still be resident */
   uint64_t aged_slices;          /* dirty slices already free at the last purge check */
@@ -491,6 +494,13 @@ typedef struct heap_s {
   uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
+  /* first-class heaps (userheap.c): */
+  bool user;                     /* a heap a program made (hakmem_heap_new), no thread's own */
+  struct heap_s *maker;          /* user: the own heap of the thread that made it */
+  struct heap_s *users;          /* a thread's heap: the user heaps its thread made; a user
+                                    heap: the next of them */
+  segment_t *huge;               /* user: the segments of its huge blocks (huge_lock) */
+  _Atomic uint8_t huge_lock;
   /* kept when a struct is recycled: */
   _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
@@ -543,7 +553,8 @@ static inline void page_set_local(page_t *pg) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   if (pg->cls < CLASSES && tcache_fast(pg->cls))      /* (other pages push onto themselves) */
     page_set_push(pg, h && !pg->flags ? &h->tc[pg->cls - TC_MIN].l : &pg->list);
-  atomic_store_explicit(&pg->local, pg->flags || !h ? 0 : (uintptr_t)h, memory_order_relaxed);
+  /* (a user heap's pages have no local owner: all their frees are remote) */
+  atomic_store_explicit(&pg->local, pg->flags || !h || h->user ? 0 : (uintptr_t)h, memory_order_relaxed);
 }
 /* Where the owner's free of p (a block of a page with an owner) pushes.
  * (Acquire: the purger, having cut a cache, points its pages back at it.) */
@@ -599,6 +610,8 @@ uint64_t segment_abandon(segment_t *s);
 void    segment_release_empty(heap_t *h, segment_t *s);
 void    segment_unlink(heap_t *h, segment_t *s);
 bool    segment_try_reclaim(heap_t *h, segment_t *s);
+void    segment_give(heap_t *to, segment_t *s);        /* s, on no list, joins heap to (to locked) */
+void    segment_destroy(heap_t *h, segment_t *s);      /* every page of s freed, s released */
 segment_t *segment_reclaim_any(heap_t *h);
 bool    segment_cache_trim(void);
 void    segment_retired_unmap(void);
@@ -623,7 +636,6 @@ void  page_free_local_slow(page_t *pg, block_t *b);
 void  page_free_remote(page_t *pg, block_t *b);
 bool  page_contains_free(page_t *pg, uintptr_t b);
 bool  page_block_free(heap_t *h, page_t *pg, const void *b);   /* (h locked) confirms a block that looks free */
-void *page_block_start(page_t *pg, const void *p);
 void  page_unpark(heap_t *h, page_t *pg);
 bool  page_unreachable(page_t *pg, uint32_t elsewhere);
 void  delayed_push(heap_t *h, block_t *first, block_t *last);
@@ -635,6 +647,7 @@ static inline uintptr_t delayed_next(uintptr_t b, page_t **pg) {
 
 /* heap.c */
 heap_t *heap_get(void);                            /* this thread's heap, made on demand */
+void    heap_process_ready(void);                  /* the process's set-up done (options read) */
 void    heap_enter(heap_t *h);                     /* the owner's slow paths hold h's lock */
 void    heap_leave(heap_t *h);
 bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
@@ -655,6 +668,15 @@ void   *heap_malloc_aligned(heap_t *h, size_t n, size_t align);
 void   *heap_malloc_grow(heap_t *h, size_t n);          /* realloc: a big block that may grow in place */
 void    heap_page_retire(heap_t *h, page_t *pg);
 void    heap_collect_delayed(heap_t *h);
+heap_t *heap_made(void);                           /* a new heap, of no thread yet */
+void    heap_drain(heap_t *h);                     /* (h locked, as owner) collect all, free empty pages */
+void    heap_gone(heap_t *h);                      /* (h locked) holds nothing: the purger passes it by */
+void    heap_recycle(heap_t *h);                   /* a heap given back: its struct for the next */
+
+/* userheap.c: first-class heaps */
+void    userheap_huge_add(heap_t *h, segment_t *s);
+void    userheap_huge_remove(segment_t *s);          /* a huge segment's block freed */
+void    userheap_thread_done(heap_t *self);          /* the user heaps of an exiting thread */
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);
 void    heap_route_caches(heap_t *h, bool to_caches);     /* (purger, locked) tcache_take */
@@ -705,6 +727,7 @@ static inline void purge_start_if_wanted(void) {
   if (unlikely(atomic_load_explicit(&hm_purge_wanted, memory_order_relaxed))) purge_start();
 }
 void purge_idle_heaps(heap_t *except);             /* malloc_trim: trim every idle heap now */
+void purge_background_changed(void);               /* hakmem_option_set of HAKMEM_BACKGROUND */
 void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(bool locked);
 
 /* secure.c: the hardened mode (HAKMEM_SECURE); all of it on slow paths */
@@ -740,6 +763,9 @@ size_t hm_malloc_usable_size(const void *p);
 void   hm_free_sized(void *p, size_t size);
 void   hm_free_aligned_sized(void *p, size_t align, size_t size);
 int    hm_malloc_trim(size_t pad);
+void   hm_collect(int force);
+int    hm_option_get(const char *name, long *value);   /* (options.c) */
+int    hm_option_set(const char *name, long value);
 
 /* errors (report.c) */
 __attribute__((noreturn, cold)) void hm_fatal(const char *what, const void *p, const page_t *pg);

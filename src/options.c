@@ -1,5 +1,8 @@
-/* options.c — the one home of hakmem's settings.  Each option is read once,
- * at start-up, from its HAKMEM_* environment variable.  A malformed or
+/* options.c — the one home of hakmem's settings.  Each option is read at
+ * start-up from its HAKMEM_* environment variable; the program may read and
+ * change it later by name (hakmem_option_get/set), but for those the
+ * process is built around (HAKMEM_SECURE, HAKMEM_STATS, the thread caches'
+ * bound and the heap profiler's), which are fixed once it starts.  A malformed or
  * out-of-range value is reported once and the default is used, but for
  * HAKMEM_SECURE, where it means the strictest level: a request for hardening
  * never turns into none.  A HAKMEM_* variable that names no option (a
@@ -11,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,22 +25,23 @@ uint8_t hm_page_flags;
 
 static const struct option_def {
   const char *name;
-  long *value;
+  _Atomic long *value;
   long def, min, max;
   bool strict;                    /* a malformed value means max, not def */
-  const char **text;              /* a text option instead (value NULL): taken as is */
+  bool fixed;                     /* set at start-up only */
+  const char **text;              /* a text option instead (value NULL): read at start-up, as is */
 } table[] = {
-  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, NULL },
-  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, NULL },
-  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, NULL },
-  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 1, false, NULL },
-  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, NULL },
-  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, NULL },
-  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, NULL },
-  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, NULL },
-  { "HAKMEM_PROFILE", NULL, 0, 0, 0, false, &hm_options.profile },
-  { "HAKMEM_PROFILE_RATE", &hm_options.profile_rate, 512 * 1024, 1, 1L << 30, false, NULL },
-  { "HAKMEM_PROFILE_SIGNAL", &hm_options.profile_signal, 0, 0, 64, false, NULL },
+  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, false, NULL },
+  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, false, NULL },
+  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, false, NULL },
+  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 2, false, false, NULL },
+  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, true, NULL },
+  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, false, NULL },
+  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, true, NULL },
+  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, true, NULL },
+  { "HAKMEM_PROFILE", NULL, 0, 0, 0, false, true, &hm_options.profile },
+  { "HAKMEM_PROFILE_RATE", &hm_options.profile_rate, 512 * 1024, 1, 1L << 30, false, true, NULL },
+  { "HAKMEM_PROFILE_SIGNAL", &hm_options.profile_signal, 0, 0, 64, false, true, NULL },
 };
 
 #define OPTIONS (sizeof table / sizeof table[0])
@@ -125,3 +130,37 @@ bool options_stats(void) {
   }
   return false;
 }
+
+/* ---- run-time control ------------------------------------------------------ */
+
+/* The option called name: its variable's name or the rest after HAKMEM_, in
+ * any case ("purge_delay_ms").  Numbers only: HAKMEM_PROFILE, a path, is
+ * none. */
+static const struct option_def *find(const char *name) {
+  for (size_t i = 0; name && i < OPTIONS; i++)
+    if (table[i].value && (!strcasecmp(name, table[i].name) || !strcasecmp(name, table[i].name + 7))) return &table[i];
+  return NULL;
+}
+
+int hm_option_get(const char *name, long *value) {
+  const struct option_def *o = find(name);
+  if (!o || !value) return EINVAL;
+  heap_process_ready();
+  *value = atomic_load_explicit(o->value, memory_order_relaxed);
+  return 0;
+}
+
+/* A new value takes effect from the next decision that reads it (the next
+ * purge's delay, the next segment cached); the purger goes or comes with
+ * HAKMEM_BACKGROUND at once. */
+int hm_option_set(const char *name, long value) {
+  const struct option_def *o = find(name);
+  if (!o || value < o->min || value > o->max) return EINVAL;
+  heap_process_ready();
+  if (o->fixed) return value == atomic_load_explicit(o->value, memory_order_relaxed) ? 0 : EPERM;
+  atomic_store_explicit(o->value, value, memory_order_relaxed);
+  if (o->value == &hm_options.background) purge_background_changed();
+  return 0;
+}
+
+HM_EXPORT_HAKMEM(option_get) HM_EXPORT_HAKMEM(option_set)

@@ -1,21 +1,24 @@
-/* options.h — the HAKMEM_* settings, read once at start-up (options.c). */
+/* options.h — the HAKMEM_* settings, read at start-up and changed at run time
+ * through hakmem_option_set (options.c). */
 #ifndef HAKMEM_OPTIONS_H
 #define HAKMEM_OPTIONS_H
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Atomic: hakmem_option_set may change one while any thread reads it. */
 typedef struct options_s {
-  long purge_delay_ms;   /* HAKMEM_PURGE_DELAY_MS */
-  long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
-  long huge_cache_mb;    /* HAKMEM_HUGE_CACHE_MB */
-  long hugepages;        /* HAKMEM_HUGEPAGES */
-  long thread_cache_kb;  /* HAKMEM_THREAD_CACHE_KB */
-  long background;       /* HAKMEM_BACKGROUND */
-  long secure;           /* HAKMEM_SECURE */
-  long stats;            /* HAKMEM_STATS */
-  const char *profile;   /* HAKMEM_PROFILE: the heap profile's path prefix, or NULL */
-  long profile_rate;     /* HAKMEM_PROFILE_RATE */
-  long profile_signal;   /* HAKMEM_PROFILE_SIGNAL */
+  _Atomic long purge_delay_ms;   /* HAKMEM_PURGE_DELAY_MS */
+  _Atomic long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
+  _Atomic long huge_cache_mb;    /* HAKMEM_HUGE_CACHE_MB */
+  _Atomic long hugepages;        /* HAKMEM_HUGEPAGES: 1 huge blocks, 2 also segments */
+  _Atomic long thread_cache_kb;  /* HAKMEM_THREAD_CACHE_KB */
+  _Atomic long background;       /* HAKMEM_BACKGROUND */
+  _Atomic long secure;           /* HAKMEM_SECURE */
+  _Atomic long stats;            /* HAKMEM_STATS */
+  const char *profile;           /* HAKMEM_PROFILE: the heap profile's path prefix, or NULL */
+  _Atomic long profile_rate;     /* HAKMEM_PROFILE_RATE */
+  _Atomic long profile_signal;   /* HAKMEM_PROFILE_SIGNAL */
 } options_t;
 
 extern options_t hm_options;

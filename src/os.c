@@ -111,7 +111,7 @@ void os_purge(void *p, size_t size) {
  * THP is in "madvise" mode, as on Debian and Ubuntu, it does so only when
  * asked): a fault then maps 2 MiB at once, and the TLB holds 512 times as
  * much of the block.  For blocks of 4 MiB and more, whose last partial huge
- * page is little to waste (HAKMEM_HUGEPAGES). */
+ * page is little to waste, and with HAKMEM_HUGEPAGES=2 for segments too. */
 void os_hugepage(void *p, size_t size) {
 #ifdef MADV_HUGEPAGE
   stat_os(STAT_OS_MADVISE);

@@ -351,6 +351,37 @@ void profile_alloc(void *p, size_t n) {
   sample(p, n);
 }
 
+/* The sampled block of s is freed: it leaves the live heap.  (locked; its
+ * memory is still mapped) */
+static void sample_end(sample_t *s) {
+  trace_t *tr = &P.traces[s->trace];
+  tr->live_bytes -= s->weight;
+  tr->live_count--;
+  P.live -= s->weight;
+  P.nsamples--;
+  atomic_fetch_sub_explicit(filter_of(s->p), 1, memory_order_relaxed);
+  if (s->on_page) atomic_fetch_sub_explicit(page_filter_of(page_of(segment_of((void *)s->p), (void *)s->p)), 1, memory_order_relaxed);
+  sample_delete(s);
+}
+
+/* h, a first-class heap, is destroyed with every block it holds
+ * (userheap.c): its samples end.  (No sampled block's memory goes while the
+ * lock is held: its free waits for the lock before releasing it.) */
+void profile_heap_destroyed(heap_t *h) {
+  sigset_t old = lock_all();
+  for (uint32_t i = 0; i < 2 * SAMPLES; i++) {
+    for (;;) {                              /* (a deletion may move another entry here) */
+      uintptr_t p = P.samples[i].p;
+      if (!p) break;
+      segment_t *s = segment_checked((void *)p);
+      if (!s) s = segment_checked((void *)(p - SEG_SIZE));   /* a huge block aligned to SEG_SIZE */
+      if (!s || s->heap != h) break;
+      sample_end(&P.samples[i]);
+    }
+  }
+  unlock_all(old);
+}
+
 /* p of page pg (NULL: a huge block's, already moved) is freed.  It is
  * found in the tables only if its filter count is not 0: the count went up
  * before its malloc returned, so before this free.  The owner's free on a
@@ -359,16 +390,7 @@ void profile_free(void *p, page_t *pg) {
   if (unlikely(atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0)) {
     sigset_t old = lock_all();
     sample_t *s = sample_slot((uintptr_t)p);
-    if (s->p == (uintptr_t)p) {
-      trace_t *tr = &P.traces[s->trace];
-      tr->live_bytes -= s->weight;
-      tr->live_count--;
-      P.live -= s->weight;
-      P.nsamples--;
-      atomic_fetch_sub_explicit(filter_of((uintptr_t)p), 1, memory_order_relaxed);
-      if (s->on_page) atomic_fetch_sub_explicit(page_filter_of(pg), 1, memory_order_relaxed);
-      sample_delete(s);
-    }
+    if (s->p == (uintptr_t)p) sample_end(s);
     unlock_all(old);
   }
   if (pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES &&
@@ -800,10 +822,10 @@ static void dump_on_signal(void) {
   dump(path, false);
 }
 
-/* (A program may ask before its first allocation: the options are read with
- * the first heap.) */
+/* (A program may ask before its first allocation: the options are read
+ * first.) */
 int hm_profile_dump(const char *path) {
-  heap_get();
+  heap_process_ready();
   if (!hm_profiling || !path) return -1;
   return dump(path, false);
 }
@@ -870,4 +892,4 @@ void profile_stats(int fd) {
            (used + 1023) / 1024);
 }
 
-__typeof__(hm_profile_dump) hakmem_profile_dump __attribute__((alias("hm_profile_dump"), visibility("default")));
+HM_EXPORT_HAKMEM(profile_dump)

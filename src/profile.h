@@ -13,6 +13,7 @@ extern bool hm_profiling;               /* HAKMEM_PROFILE is set */
 void profile_init(void);                /* (options_init) */
 void profile_alloc(void *p, size_t n);  /* p was just allocated for n bytes */
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
+void profile_heap_destroyed(heap_t *h); /* hakmem_heap_destroy(h) frees every block of h */
 void profile_stats(int fd);             /* the stats report's line; nothing when off */
 void profile_fork_prepare(void);
 void profile_fork_parent(void);

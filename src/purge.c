@@ -234,12 +234,10 @@ static void purge_stop(void) {
   if (heaps_several()) purge_want();           /* a thread came meanwhile: wanted again */
 }
 
-/* A thread with a heap is exiting (its heap no longer counted), before it
- * gives its memory back.  Fewer than two heaps: a purger not started yet is
- * no longer wanted.  None: the purger goes first (this thread joins it), so
- * it never outlives the program's last thread. */
-void purge_thread_exit(void) {
-  if (in_purger || heaps_several()) return;
+/* The purger is no longer wanted: one only wanted is not started, a running
+ * one is stopped and joined; with while_heaps, not while a thread still has
+ * a heap. */
+static void unwant(bool while_heaps) {
   for (;;) {
     int st = atomic_load_explicit(&state, memory_order_acquire);
     if (st == STARTING) { sched_yield(); continue; }       /* (another thread's pthread_create) */
@@ -247,11 +245,28 @@ void purge_thread_exit(void) {
       if (!atomic_compare_exchange_strong(&state, &st, OFF)) continue;
       atomic_store_explicit(&hm_purge_wanted, 0, memory_order_relaxed);
     }
-    if (atomic_load_explicit(&hm_stat[STAT_THREADS], memory_order_relaxed)) return;
+    if (while_heaps && atomic_load_explicit(&hm_stat[STAT_THREADS], memory_order_relaxed)) return;
     if (st == RUNNING) purge_stop();
     reap();
     return;
   }
+}
+
+/* A thread with a heap is exiting (its heap no longer counted), before it
+ * gives its memory back.  Fewer than two heaps: a purger not started yet is
+ * no longer wanted.  None: the purger goes first (this thread joins it), so
+ * it never outlives the program's last thread. */
+void purge_thread_exit(void) {
+  if (in_purger || heaps_several()) return;
+  unwant(true);
+}
+
+/* HAKMEM_BACKGROUND set at run time: off stops the purger now (the threads
+ * then purge in their own slow paths, as with the variable set to 0 at
+ * start); on wants it again, to start once two threads have heaps. */
+void purge_background_changed(void) {
+  if (atomic_load_explicit(&hm_options.background, memory_order_relaxed)) purge_want();
+  else unwant(false);
 }
 
 /* exit(): the purger goes before the process does.  After the atexit

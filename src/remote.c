@@ -8,8 +8,7 @@
  * the owner's core held: the block's (read, then written) and the list
  * head's (the CAS waits for both); and the owner's malloc waited for the
  * block's line again when it popped it.  Between two cores that share no
- * cache those waits were most of the time of a program that frees remotely
- * (docs/performance-log.md).
+ * cache those waits were most of the time of a program that frees remotely.
  *
  * So a freeing thread appends the pointer to a buffer of its own (rbuf_t),
  * all of whose blocks have one owner heap, without touching the block; it has
@@ -146,8 +145,9 @@ void remote_send(rbuf_t *o) {
  * buffer: send the buffer, start another. */
 void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   uint32_t size = pg->cls < CLASS_OVER_32K ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
-  if (!hm_remote_on || size == RB_BYTES || (h == &hm_heap_empty && !(h = heap_get()))) {
-    free_one(pg, b, to);                        /* (a block of RB_BYTES or more: on its own) */
+  if (!hm_remote_on || size == RB_BYTES || to->user || (h == &hm_heap_empty && !(h = heap_get()))) {
+    free_one(pg, b, to);                        /* (a block of RB_BYTES or more, or of a first-class
+                                                   heap, which may be destroyed: on its own) */
     return;
   }
   /* A large block's freed flag is set now, as free's slow path sets it: a

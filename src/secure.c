@@ -156,6 +156,8 @@ void *secure_free(page_t *pg, void *p) {
       hm_fatal("double free (or free of a block never handed out)", p, pg);
   }
   fill(pg, p);
+  heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  if (owner && owner->user) return p;          /* (its heap's destruction must find it freed) */
   heap_t *h = hm_tls_heap;
   if (h == &hm_heap_empty && !(h = heap_get())) return p;
   heap_enter(h);                               /* (malloc_trim may be flushing it: purge.c) */

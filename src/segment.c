@@ -255,6 +255,7 @@ static segment_t *segment_new(heap_t *h) {
   if (!s) return NULL;
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
+    if (hm_options.hugepages >= 2) os_hugepage(s, SEG_SIZE);
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
@@ -598,13 +599,12 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   /* Reuse still-resident slices first (k = 1): no page faults, nothing to
    * purge.  A tight request goes to the segment with the least room that
    * holds it (best fit: long runs stay whole for later, and lightly used
-   * segments empty and go back: random 256 KiB-1 MiB blocks peak 8 % lower,
-   * and in a heap of 130 segments run 1.5x faster, without the segments
-   * emptied and refaulted over and over).  The others, pages of the size
+   * segments empty and go back, without being emptied and refaulted over
+   * and over).  The others, pages of the size
    * classes and buffers that realloc moves to grow, to the heap's newest
    * segment with room, as the heap's last runs went: a growing buffer then
-   * finds free slices after it more often (realloc-64 ran 30 % slower with
-   * best fit for its moves; docs/performance-log.md). */
+   * finds free slices after it more often (best fit for its moves scatters
+   * them). */
   int k = 1;
   segment_t *fit = fit_find(h, k, n);
   if (!fit) fit = fit_find(h, k = 0, n);
@@ -977,6 +977,7 @@ void segment_huge_free(segment_t *s) {
   if (!atomic_compare_exchange_strong_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], &expect, 0,
                                                memory_order_acq_rel, memory_order_relaxed))
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
+  if (s->heap) userheap_huge_remove(s);
   stat_dec(STAT_HUGE);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { segment_unmap(s); return; }
   uint64_t now = os_now_ms();
@@ -1021,8 +1022,9 @@ void segment_huge_free(segment_t *s) {
  * aligned range (MREMAP_FIXED): the pages move, nothing is copied. */
 void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   if (hm_secure) return NULL;                 /* (its guard page would have to move) */
+  if (s->heap) return NULL;                   /* (a first-class heap lists it where it is) */
   size_t off = (size_t)(pg->start - (uint8_t *)s);
-  /* Growth reserves 50 % extra address space (untouched, so it costs no
+  /* Growth reserves half as much again of address space (untouched, so it costs no
    * memory) so that a buffer grown step by step remaps rarely. */
   if (n > pg->block_size && n - pg->block_size < pg->block_size / 2 && pg->block_size / 2 <= ALLOC_MAX - n)
     n = pg->block_size + pg->block_size / 2;
@@ -1183,6 +1185,17 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
     if (page_used(pg) == 0 || !heap_adopt_page(h, pg)) page_slices_free(s, pg);
   }
   return !segment_after_free(h, s);
+}
+
+/* A first-class heap's segment goes to the thread's own heap (hakmem_heap_delete). */
+void segment_give(heap_t *to, segment_t *s) { segment_adopt(to, s); }
+
+/* A first-class heap destroyed: every page of s goes, in use or not, and s
+ * with them (what other threads freed into them goes too). */
+void segment_destroy(heap_t *h, segment_t *s) {
+  page_t *pg;
+  for_each_page(s, pg) page_slices_free(s, pg);
+  segment_release_empty(h, s);
 }
 
 /* Take s off the abandoned list (abandoned_lock held). */

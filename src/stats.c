@@ -274,5 +274,4 @@ int hm_malloc_info(int options, FILE *fp) {
   return 0;
 }
 
-#define EXPORT(name) __typeof__(hm_##name) hakmem_##name __attribute__((alias("hm_" #name), visibility("default")));
-EXPORT(stats_get) EXPORT(stats_class) EXPORT(stats_print)
+HM_EXPORT_HAKMEM(stats_get) HM_EXPORT_HAKMEM(stats_class) HM_EXPORT_HAKMEM(stats_print)

@@ -8,15 +8,14 @@
  * allocates such blocks at random changes pages every few mallocs (a slow
  * path each time), empties and remakes pages, and gets blocks that have gone
  * cold, scattered over more pages.  With it, malloc hands back the block
- * freed last, whatever its page (docs/performance-log.md).
+ * freed last, whatever its page.
  *
  * Shape.  A cache (tcl_t) is laid out as a page's pop line: its head where a
  * page has its free list, its key, and where a page counts its blocks in use
  * the room left.  malloc pops it and free pushes it with the very code they
  * use for a page (hot.h: malloc's direct[] entry and free's slice_push entry
  * name it), so a program mixing small and big sizes takes no branch on the
- * kind (mixed and midlarge ran 12-14 % faster than with two paths,
- * docs/performance-log.md).  A cached block still counts as used on its page;
+ * kind, which a random mix mispredicts.  A cached block still counts as used on its page;
  * its first word is the page's key, the free mark, so it looks free and a
  * second free of it goes to the slow path, which finds it here
  * (tcache_contains).

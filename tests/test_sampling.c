@@ -3,7 +3,8 @@
  * that thousands of blocks are sampled): threads allocate and free, half of
  * the blocks freed by another thread, and afterwards hakmem_profile_dump
  * shows no live bytes left and the bytes allocated within 10 % of the truth;
- * blocks kept are live within 10 % of theirs, and leave when freed.  Run under TSan too (make
+ * blocks kept are live within 10 % of theirs, and leave when freed, or when
+ * the first-class heap holding them is destroyed.  Run under TSan too (make
  * test-sanitize): the tables are shared by every thread.  (Call sites and
  * formats: test_profile.sh.) */
 #include "test.h"
@@ -133,6 +134,30 @@ TEST(kept_blocks_stay_live) {
   dump_now();
   live = dumped("live") - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after freeing them", live);
+  remove_dump();
+}
+
+TEST(destroyed_heap_leaves_the_live_heap) {
+  enum { N = 5000 };
+  dump_now();
+  double before = dumped("live");
+  hakmem_heap_t *h = hakmem_heap_new();
+  CHECK(h != NULL);
+  if (!h) return;
+  uint64_t bytes = 0;
+  for (int i = 0; i < N; i++) {
+    size_t n = pick_size((unsigned)i) + (i % 97 == 0 ? (size_t)5 << 20 : 0);   /* and a few huge blocks */
+    CHECK(hakmem_heap_malloc(h, n) != NULL);
+    bytes += n;
+  }
+  dump_now();
+  double live = dumped("live") - before;
+  CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live in the heap, %llu allocated",
+         live, (unsigned long long)bytes);
+  hakmem_heap_destroy(h);
+  dump_now();
+  live = dumped("live") - before;
+  CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after destroying the heap", live);
   remove_dump();
   rmdir(dir);
 }

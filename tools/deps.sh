@@ -10,6 +10,7 @@
 #                             sanitizer runtime)
 #   tools/deps.sh bench       make bench (the peers' packages, the applications)
 #   tools/deps.sh field       SUITE=mimalloc-bench (ruby, for its scripts' inputs)
+#   tools/deps.sh heaps       bench/heaps.sh (mimalloc's headers, for mi_heap_*)
 #   tools/deps.sh callgrind   bench/run.sh callgrind (valgrind); syscalls: strace
 #   tools/deps.sh -n ...      print the resolved names, install nothing
 #
@@ -57,6 +58,7 @@ for target in "$@"; do
              "$(pick libmimalloc2.0 libmimalloc3)" "$(pick libjemalloc2)"
              "$(pick libtcmalloc-minimal4t64 libtcmalloc-minimal4)") ;;
     field) pkgs+=(ruby) ;;
+    heaps) pkgs+=(make gcc libmimalloc-dev) ;;
     callgrind) pkgs+=(valgrind) ;;
     syscalls) pkgs+=(strace) ;;
     *) echo "tools/deps.sh: unknown target $target" >&2; exit 2 ;;

@@ -17,11 +17,12 @@
 #![no_std]
 
 use core::alloc::{GlobalAlloc, Layout};
+use core::ffi::{c_char, c_int, c_long, c_void};
 use core::ptr;
 
 /// The C API of `include/hakmem.h` that the allocator uses.
 pub mod ffi {
-    use core::ffi::c_void;
+    use core::ffi::{c_char, c_int, c_long, c_void};
 
     /// `hakmem_stats_t`: see [`crate::stats`].
     #[repr(C)]
@@ -74,6 +75,15 @@ pub mod ffi {
         pub fn hakmem_free(p: *mut c_void);
         pub fn hakmem_malloc_usable_size(p: *const c_void) -> usize;
         pub fn hakmem_stats_get(out: *mut Stats);
+        pub fn hakmem_collect(force: c_int);
+        pub fn hakmem_heap_new() -> *mut c_void;
+        pub fn hakmem_heap_malloc(heap: *mut c_void, size: usize) -> *mut c_void;
+        pub fn hakmem_heap_calloc(heap: *mut c_void, n: usize, size: usize) -> *mut c_void;
+        pub fn hakmem_heap_aligned_alloc(heap: *mut c_void, alignment: usize, size: usize) -> *mut c_void;
+        pub fn hakmem_heap_delete(heap: *mut c_void);
+        pub fn hakmem_heap_destroy(heap: *mut c_void);
+        pub fn hakmem_option_get(name: *const c_char, value: *mut c_long) -> c_int;
+        pub fn hakmem_option_set(name: *const c_char, value: c_long) -> c_int;
     }
 }
 
@@ -150,4 +160,124 @@ pub fn stats() -> ffi::Stats {
     // SAFETY: hakmem_stats_get fills exactly one hakmem_stats_t.
     unsafe { ffi::hakmem_stats_get(&mut s) };
     s
+}
+
+/// Gives back now the free memory this thread's heap holds (its caches, its
+/// empty pages, blocks other threads freed to it), whatever the purge delay;
+/// with `force`, every thread's, as `malloc_trim(0)`.
+pub fn collect(force: bool) {
+    // SAFETY: no arguments beyond a flag; callable from any thread.
+    unsafe { ffi::hakmem_collect(force as c_int) };
+}
+
+/// `EPERM` and `EINVAL` on Linux.
+const EPERM: c_int = 1;
+const EINVAL: c_int = 22;
+
+/// Why an option could not be read or set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptionError {
+    /// No such option, or a value out of its range (`EINVAL`).
+    Invalid,
+    /// The option is fixed once the process starts (`EPERM`).
+    Fixed,
+}
+
+/// `f` given `name` NUL-terminated (no option's name is longer than 63 bytes).
+fn with_name(name: &str, f: impl FnOnce(*const c_char) -> c_int) -> c_int {
+    let b = name.as_bytes();
+    let mut buf = [0u8; 64];
+    if b.len() >= buf.len() || b.contains(&0) {
+        return EINVAL;
+    }
+    buf[..b.len()].copy_from_slice(b);
+    f(buf.as_ptr().cast())
+}
+
+/// The value of an option of the `HAKMEM_*` variables, by the variable's
+/// name or the rest after `HAKMEM_`, in any case (`"purge_delay_ms"`).
+pub fn option_get(name: &str) -> Result<i64, OptionError> {
+    let mut value: c_long = 0;
+    // SAFETY: a NUL-terminated name and a pointer to one long.
+    match with_name(name, |n| unsafe { ffi::hakmem_option_get(n, &mut value) }) {
+        0 => Ok(value as i64),
+        _ => Err(OptionError::Invalid),
+    }
+}
+
+/// Sets an option (see [`option_get`]); it takes effect from the next
+/// decision that reads it.  `secure`, `stats` and `thread_cache_kb` are
+/// fixed once the process starts.
+pub fn option_set(name: &str, value: i64) -> Result<(), OptionError> {
+    let value = c_long::try_from(value).map_err(|_| OptionError::Invalid)?;
+    // SAFETY: a NUL-terminated name.
+    match with_name(name, |n| unsafe { ffi::hakmem_option_set(n, value) }) {
+        0 => Ok(()),
+        EPERM => Err(OptionError::Fixed),
+        _ => Err(OptionError::Invalid),
+    }
+}
+
+/// A first-class heap: allocate a request's or a parse's objects in it, and
+/// free them all at once with [`Heap::destroy`].  Only the thread that made
+/// it may allocate from it (it is neither `Send` nor `Sync`); its blocks are
+/// ordinary hakmem blocks, which [`HakMem`] (or `free`) frees from any
+/// thread.  Dropping the heap deletes it: its live blocks go on in the
+/// thread's own heap.
+#[derive(Debug)]
+pub struct Heap {
+    raw: *mut c_void,
+}
+
+impl Heap {
+    /// A new heap, or `None` when memory runs out.
+    pub fn new() -> Option<Heap> {
+        // SAFETY: no arguments; the heap belongs to this thread.
+        let raw = unsafe { ffi::hakmem_heap_new() };
+        (!raw.is_null()).then_some(Heap { raw })
+    }
+
+    /// A block for `layout` from this heap (null when memory runs out).
+    pub fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: self.raw is a live heap of this thread (Heap is not Send).
+        unsafe {
+            if layout.align() <= MIN_ALIGN {
+                ffi::hakmem_heap_malloc(self.raw, layout.size()).cast()
+            } else {
+                ffi::hakmem_heap_aligned_alloc(self.raw, layout.align(), layout.size()).cast()
+            }
+        }
+    }
+
+    /// The same, zeroed.
+    pub fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if layout.align() <= MIN_ALIGN {
+            // SAFETY: as in alloc.
+            return unsafe { ffi::hakmem_heap_calloc(self.raw, 1, layout.size()).cast() };
+        }
+        let p = self.alloc(layout);
+        if !p.is_null() {
+            // SAFETY: p holds at least layout.size() bytes.
+            unsafe { ptr::write_bytes(p, 0, layout.size()) };
+        }
+        p
+    }
+
+    /// Frees every block of the heap at once, in time proportional to its
+    /// pages, not its blocks.
+    ///
+    /// # Safety
+    /// No block of the heap may be used, or freed, afterwards, by any thread.
+    pub unsafe fn destroy(self) {
+        let raw = self.raw;
+        core::mem::forget(self);
+        ffi::hakmem_heap_destroy(raw);
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // SAFETY: a live heap of this thread; its blocks stay valid.
+        unsafe { ffi::hakmem_heap_delete(self.raw) };
+    }
 }
