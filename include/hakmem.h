@@ -67,7 +67,8 @@ void   hakmem_heap_destroy(hakmem_heap_t *heap);
  * next segment cached; "background" starts or stops the purger at once).
  * Both return 0, or EINVAL for an unknown name or a value out of the
  * option's range; set returns EPERM for an option fixed at start-up
- * (secure, stats, thread_cache_kb) unless the value is the current one. */
+ * (secure, stats, thread_cache_kb, profile_rate, profile_signal) unless the
+ * value is the current one; HAKMEM_PROFILE, a path, is no option here. */
 void   hakmem_collect(int force);
 int    hakmem_option_get(const char *name, long *value);
 int    hakmem_option_set(const char *name, long value);
