@@ -54,6 +54,12 @@ TEST_CFLAGS = -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -Iinclude -Isrc -Itests -pth
 $(BUILD)/tests/%: tests/%.c tests/test.h tests/bad_free.h tests/companion.h $(OBJS) | $(BUILD)/tests
 	$(CC) $(TEST_CFLAGS) $< -o $@ $(OBJS) -pthread
 
+# The heap profiler's test program (test_profile.sh), run with hakmem
+# preloaded: linked with the C library alone, its functions in the dynamic
+# symbol table for the profiler to name.
+$(BUILD)/tests/profile_sites: tests/profile/sites.c | $(BUILD)/tests
+	$(CC) -std=gnu11 -O1 -g -Wall -D_GNU_SOURCE -pthread -rdynamic $< -o $@ -ldl
+
 # tests/ext/*.c are linked with the C library alone: the tests/test_ext_*.sh
 # scripts run each under glibc's malloc and under hakmem (preloaded, default
 # and HAKMEM_SECURE=1) and compare (tests/ext/README.md).  They ask for too
@@ -73,13 +79,13 @@ $(BUILD)/ext/%.so: tests/ext/dso/%.c | $(BUILD)/ext
 print-ext-cflags:
 	@echo $(EXT_CFLAGS)
 
-test: all $(TEST_BINS) $(EXT_BINS)
+test: all $(TEST_BINS) $(EXT_BINS) $(BUILD)/tests/profile_sites
 	@BUILD=$(BUILD) tests/run.sh
 
 # Sanitizer builds: hakmem is compiled with the sanitizer and linked into the
 # tests under its hakmem_* names only (HAKMEM_NO_OVERRIDE), so the sanitizer's
 # own malloc stays in charge of the C library while it checks hakmem's code.
-SAN_TESTS = $(filter test_api test_control test_heaps test_forgery test_decay test_sizeclass test_integrity test_mt test_lineage test_stats test_purge test_retired test_nopurger test_nodelay test_spares test_tcache test_secure,$(TEST_SRCS:tests/%.c=%))
+SAN_TESTS = $(filter test_api test_control test_heaps test_forgery test_decay test_sizeclass test_integrity test_mt test_lineage test_stats test_purge test_retired test_nopurger test_nodelay test_spares test_tcache test_secure test_sampling,$(TEST_SRCS:tests/%.c=%))
 test-sanitize:
 	$(MAKE) BUILD=build/asan CC=clang CFLAGS="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -DHAKMEM_NO_OVERRIDE" san-run
 	$(MAKE) BUILD=build/tsan CC=clang CFLAGS="-O1 -g -fsanitize=thread -DHAKMEM_NO_OVERRIDE" san-run

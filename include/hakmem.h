@@ -67,7 +67,8 @@ void   hakmem_heap_destroy(hakmem_heap_t *heap);
  * next segment cached; "background" starts or stops the purger at once).
  * Both return 0, or EINVAL for an unknown name or a value out of the
  * option's range; set returns EPERM for an option fixed at start-up
- * (secure, stats, thread_cache_kb) unless the value is the current one. */
+ * (secure, stats, thread_cache_kb, profile_rate, profile_signal) unless the
+ * value is the current one; HAKMEM_PROFILE, a path, is no option here. */
 void   hakmem_collect(int force);
 int    hakmem_option_get(const char *name, long *value);
 int    hakmem_option_set(const char *name, long value);
@@ -111,6 +112,14 @@ int  hakmem_stats_class(unsigned k, hakmem_class_stats_t *out);
 
 /* The report HAKMEM_STATS=1 prints at exit (and malloc_stats() to stderr). */
 void hakmem_stats_print(int fd);
+
+/* ---- heap profile -----------------------------------------------------------
+ * With HAKMEM_PROFILE=PREFIX set (see the README), write the heap profile now:
+ * PATH.live, PATH.peak and PATH.alloc (the live heap, the live heap at its
+ * peak, everything allocated, by call stack), each as .folded (flame graph
+ * tools' input) and .svg (a flame graph).  0, or -1 if profiling is off or a
+ * file could not be written. */
+int hakmem_profile_dump(const char *path);
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,7 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   if (!p) return;
   segment_t *s;
   page_t *pg = lookup(p, &s, size ? "sized free" : "free");
-  if (unlikely(hm_slow_mode)) stats_count_free(pg);
+  if (unlikely(hm_slow_mode)) slow_mode_free(p, pg);
   if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
     hm_fatal("double free", p, pg);
@@ -108,7 +108,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
   }
   /* (the owner's fast path checks its own frees; a remote one is checked here) */
   if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
-  if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_SENT);
+  if (unlikely(hm_counting)) stat_os(STAT_REMOTE_SENT);
   page_free_remote(pg, (block_t *)p);
   if (owner && unlikely(heap_idle(owner))) heap_wake_idle(owner);
 }
@@ -289,6 +289,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   if (pg->cls == CLASS_HUGE && n > GROW_HUGE && s->huge_offset == 0) {
     void *q = segment_huge_resize(s, pg, n);
     hm_assert(!q || page_of(segment_of(q), q)->block_size >= n);
+    if (q && q != p && unlikely(hm_profiling)) profile_free(p, NULL);   /* moved: the sample ends (pg is unmapped) */
     if (q) return q;
   }
   /* A block above 32 KiB (the classes with thread caches) that must move to

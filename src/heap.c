@@ -438,10 +438,10 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   hm_assert(heap_held(h) && c < CLASSES);
   if (cached) {               /* (stats mode: the fast path, which would pop, keeps out) */
     void *b = tcache_pop(h, c);
-    if (unlikely(hm_slow_mode)) stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
+    if (unlikely(hm_counting)) stat_os(b ? STAT_TC_HITS : STAT_TC_MISSES);
     if (b) return b;
   }
-  if (unlikely(hm_slow_mode)) {
+  if (unlikely(hm_counting)) {
     page_t *cur = h->queue[c].first;
     stat_os(cur && cur->free ? STAT_HITS : STAT_REFILLS);
   }
@@ -538,7 +538,7 @@ void *heap_malloc_slow(heap_t *h, size_t n, size_t c) {
   if (unlikely(hm_secure) && p) secure_arm(p, n);
   if (tick && remote_held(h)) remote_flush(h);
   purge_start_if_wanted();
-  if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
+  if (unlikely(hm_slow_mode) && p) slow_mode_alloc(p, n);
   return p;
 }
 
@@ -561,7 +561,7 @@ void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
   heap_leave(h);
   if (unlikely(hm_secure) && p) secure_arm(p, n);
   purge_start_if_wanted();
-  if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
+  if (unlikely(hm_slow_mode) && p) slow_mode_alloc(p, n);
   return p;
 }
 
@@ -573,7 +573,7 @@ void *heap_malloc_grow(heap_t *h, size_t n) {
   void *p = heap_malloc_big(h, n, 0, true);
   heap_leave(h);
   if (unlikely(hm_secure) && p) secure_arm(p, n);
-  if (unlikely(hm_slow_mode) && p) stats_count_alloc(p, n);
+  if (unlikely(hm_slow_mode) && p) slow_mode_alloc(p, n);
   return p;
 }
 
@@ -600,7 +600,7 @@ void heap_collect_delayed(heap_t *h) {
     page_t *pg;
     uintptr_t next = delayed_next(b, &pg);
     page_set_tf_state(pg, TF_NORMAL);   /* waits out the sender's TF_BUSY */
-    if (unlikely(hm_slow_mode)) stat_os(STAT_REMOTE_RECEIVED);
+    if (unlikely(hm_counting)) stat_os(STAT_REMOTE_RECEIVED);
     ((block_t *)b)->word = 0;           /* freed again below: not a double free */
     if (atomic_load_explicit(&pg->heap, memory_order_relaxed) == h) heap_free_local(h, pg, (block_t *)b);
     else page_free_remote(pg, (block_t *)b);   /* (not expected: h still owns its parked pages) */
@@ -988,10 +988,12 @@ static void fork_prepare(void) {
   purge_fork_prepare();
   pthread_mutex_lock(&heaps_lock);
   segment_fork_prepare();
+  profile_fork_prepare();
 }
 static void fork_parent(void) {
   if (!fork_locked) return;
   fork_locked = false;
+  profile_fork_parent();
   segment_fork_parent();
   pthread_mutex_unlock(&heaps_lock);
   purge_fork_parent();
@@ -999,6 +1001,7 @@ static void fork_parent(void) {
 }
 static void fork_child(void) {
   purge_fork_child(fork_locked);
+  profile_fork_child(fork_locked);
   if (fork_locked) {
     fork_locked = false;
     segment_fork_child();

@@ -1,15 +1,15 @@
 /* options.c — the one home of hakmem's settings.  Each option is read at
  * start-up from its HAKMEM_* environment variable; the program may read and
  * change it later by name (hakmem_option_get/set), but for those the
- * process is built around (HAKMEM_SECURE, HAKMEM_STATS and the thread
- * caches' bound), which are fixed once it starts.  A malformed or
+ * process is built around (HAKMEM_SECURE, HAKMEM_STATS, the thread caches'
+ * bound and the heap profiler's), which are fixed once it starts.  A malformed or
  * out-of-range value is reported once and the default is used, but for
  * HAKMEM_SECURE, where it means the strictest level: a request for hardening
  * never turns into none.  A HAKMEM_* variable that names no option (a
  * misspelling) is reported once, with the closest name. */
 #include "internal.h"
 #include "options.h"
-
+#include "profile.h"
 #include "stats.h"
 
 #include <errno.h>
@@ -20,6 +20,7 @@
 
 options_t hm_options;
 bool hm_slow_mode;
+bool hm_counting;
 uint8_t hm_page_flags;
 
 static const struct option_def {
@@ -28,15 +29,19 @@ static const struct option_def {
   long def, min, max;
   bool strict;                    /* a malformed value means max, not def */
   bool fixed;                     /* set at start-up only */
+  const char **text;              /* a text option instead (value NULL): read at start-up, as is */
 } table[] = {
-  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, false },
-  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, false },
-  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, false },
-  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 2, false, false },
-  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, true },
-  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, false },
-  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, true },
-  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, true },
+  { "HAKMEM_PURGE_DELAY_MS", &hm_options.purge_delay_ms, 10, 0, 60000, false, false, NULL },
+  { "HAKMEM_SEGMENT_CACHE", &hm_options.segment_cache, 8, 0, 1024, false, false, NULL },
+  { "HAKMEM_HUGE_CACHE_MB", &hm_options.huge_cache_mb, 256, 0, 1 << 20, false, false, NULL },
+  { "HAKMEM_HUGEPAGES", &hm_options.hugepages, 1, 0, 2, false, false, NULL },
+  { "HAKMEM_THREAD_CACHE_KB", &hm_options.thread_cache_kb, 32768, 0, 1 << 20, false, true, NULL },
+  { "HAKMEM_BACKGROUND", &hm_options.background, 1, 0, 1, false, false, NULL },
+  { "HAKMEM_SECURE", &hm_options.secure, 0, 0, 2, true, true, NULL },
+  { "HAKMEM_STATS", &hm_options.stats, 0, 0, 1, false, true, NULL },
+  { "HAKMEM_PROFILE", NULL, 0, 0, 0, false, true, &hm_options.profile },
+  { "HAKMEM_PROFILE_RATE", &hm_options.profile_rate, 512 * 1024, 1, 1L << 30, false, true, NULL },
+  { "HAKMEM_PROFILE_SIGNAL", &hm_options.profile_signal, 0, 0, 64, false, true, NULL },
 };
 
 #define OPTIONS (sizeof table / sizeof table[0])
@@ -88,9 +93,10 @@ static bool options_read;
 void options_init(void) {
   for (size_t i = 0; i < OPTIONS; i++) {
     const struct option_def *o = &table[i];
-    *o->value = o->def;
     const char *s = getenv(o->name);
     long v;
+    if (o->text) { *o->text = s; continue; }
+    *o->value = o->def;
     if (!s) continue;
     if (!parse(o, s, &v)) {
       long use = o->strict ? o->max : o->def;
@@ -106,8 +112,10 @@ void options_init(void) {
   if (hm_options.stats) hm_stats_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   hm_secure_level = (int)hm_options.secure;
   hm_secure = hm_secure_level > 0;
-  hm_slow_mode = hm_options.stats || hm_secure;
-  hm_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
+  profile_init();
+  hm_counting = hm_options.stats || hm_secure;
+  hm_slow_mode = hm_counting || hm_profiling;
+  hm_page_flags = hm_counting ? PAGE_SLOW : 0;
 }
 
 /* HAKMEM_STATS, for the report at exit: a program that never allocates never
@@ -126,10 +134,11 @@ bool options_stats(void) {
 /* ---- run-time control ------------------------------------------------------ */
 
 /* The option called name: its variable's name or the rest after HAKMEM_, in
- * any case ("purge_delay_ms"). */
+ * any case ("purge_delay_ms").  Numbers only: HAKMEM_PROFILE, a path, is
+ * none. */
 static const struct option_def *find(const char *name) {
   for (size_t i = 0; name && i < OPTIONS; i++)
-    if (!strcasecmp(name, table[i].name) || !strcasecmp(name, table[i].name + 7)) return &table[i];
+    if (table[i].value && (!strcasecmp(name, table[i].name) || !strcasecmp(name, table[i].name + 7))) return &table[i];
   return NULL;
 }
 

@@ -16,13 +16,19 @@ typedef struct options_s {
   _Atomic long background;       /* HAKMEM_BACKGROUND */
   _Atomic long secure;           /* HAKMEM_SECURE */
   _Atomic long stats;            /* HAKMEM_STATS */
+  const char *profile;           /* HAKMEM_PROFILE: the heap profile's path prefix, or NULL */
+  _Atomic long profile_rate;     /* HAKMEM_PROFILE_RATE */
+  _Atomic long profile_signal;   /* HAKMEM_PROFILE_SIGNAL */
 } options_t;
 
 extern options_t hm_options;
-/* Slow mode (stats or secure on): malloc and free skip their fast paths so
- * each call can be counted or checked; pages carry PAGE_SLOW (hm_page_flags)
- * to send free() there. */
+/* Slow mode (stats, secure or profile on): malloc and free skip their fast
+ * paths so each call can be counted, checked or sampled.  hm_counting (stats
+ * or secure): every call is counted, and every page carries PAGE_SLOW
+ * (hm_page_flags) to send free() there; profiling alone marks only the pages
+ * holding sampled blocks (profile.c). */
 extern bool hm_slow_mode;
+extern bool hm_counting;
 extern uint8_t hm_page_flags;
 void options_init(void);
 bool options_stats(void);      /* HAKMEM_STATS, read or not (the report at exit) */

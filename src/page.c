@@ -102,7 +102,7 @@ void page_collect(page_t *pg) {
   hm_assert(head - (uintptr_t)pg->start < page_area(pg) && (head - (uintptr_t)pg->start) % pg->block_size == 0);
   pg->free = head;
   page_set_used(pg, used - n);
-  if (unlikely(hm_slow_mode)) stat_count(STAT_REMOTE_RECEIVED, n);
+  if (unlikely(hm_counting)) stat_count(STAT_REMOTE_RECEIVED, n);
 }
 
 /* A link read from a free list must lead to a block start of the page. */

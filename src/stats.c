@@ -3,6 +3,7 @@
  * hakmem_stats_* API. */
 #include "internal.h"
 #include "options.h"
+#include "profile.h"
 #include "stats.h"
 #include "hakmem.h"
 
@@ -93,7 +94,7 @@ static void stats_write(int fd) {
            (long long)get(STAT_ABANDONED), (long long)get(STAT_RECLAIMED), (long long)get(STAT_TRIMMED),
            (long long)get(STAT_OS_MMAP), (long long)get(STAT_OS_MUNMAP),
            (long long)get(STAT_OS_MADVISE), (long long)get(STAT_OS_MREMAP), (long long)get(STAT_OS_MPROTECT));
-  if (hm_slow_mode) {
+  if (hm_counting) {
     int64_t hits = get(STAT_HITS), refills = get(STAT_REFILLS), tc_hits = get(STAT_TC_HITS), tc_all = tc_hits + get(STAT_TC_MISSES);
     hm_print(fd, "  calls       %lld mallocs, %lld frees; %.1f %% of 4-256 KiB mallocs served by the thread cache, "
              "and %.1f %% of the other class mallocs by the current page\n"
@@ -104,13 +105,14 @@ static void stats_write(int fd) {
              (long long)get(STAT_REMOTE_SENT), (long long)get(STAT_REMOTE_RECEIVED),
              mib((uint64_t)get(STAT_REQUESTED)));
   }
+  profile_stats(fd);
   hm_print(fd, "  %-8s %6s %12s %12s %10s %10s %10s\n", "class", "pages", "in use", "capacity",
-           hm_slow_mode ? "allocs" : "", hm_slow_mode ? "frees" : "", hm_slow_mode ? "peak" : "");
+           hm_counting ? "allocs" : "", hm_counting ? "frees" : "", hm_counting ? "peak" : "");
   for (unsigned k = 0; k < CLASSES + 2; k++) {
     char name[24];
     int64_t allocs = cget(&count[k].allocs);
     if (!c.cls[k].pages && !allocs) continue;
-    if (hm_slow_mode)
+    if (hm_counting)
       hm_print(fd, "  %-8s %6llu %12llu %12llu %10lld %10lld %10lld\n", kind_name(k, name, sizeof name),
                (unsigned long long)c.cls[k].pages, (unsigned long long)c.cls[k].used,
                (unsigned long long)c.cls[k].capacity, (long long)allocs,

@@ -11,6 +11,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include "internal.h"
+#include "options.h"
+#include "profile.h"
 
 enum {
   STAT_OS_MMAP, STAT_OS_MUNMAP, STAT_OS_MADVISE, STAT_OS_MREMAP, STAT_OS_MPROTECT,
@@ -53,6 +55,16 @@ static inline void stat_os(int i) { stat_count(i, 1); }
 /* slow mode: one allocation of requested bytes at p, one free of a block of pg */
 void stats_count_alloc(const void *p, size_t requested);
 void stats_count_free(const page_t *pg);
+/* What the slow paths of malloc and free tell slow mode: the counts, the
+ * heap profile (profile.c). */
+static inline void slow_mode_alloc(void *p, size_t requested) {
+  if (hm_counting) stats_count_alloc(p, requested);
+  if (hm_profiling) profile_alloc(p, requested);
+}
+static inline void slow_mode_free(void *p, page_t *pg) {
+  if (hm_counting) stats_count_free(pg);
+  if (hm_profiling) profile_free(p, pg);
+}
 
 /* A walk over every segment (segment.c): blocks per class and memory. */
 typedef struct census_s {

@@ -12,6 +12,7 @@
  * destruction); the heap collects them as it allocates.  Its huge blocks,
  * which no segment of its holds, are listed (h->huge) for destroy to find. */
 #include "hot.h"
+#include "profile.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -152,6 +153,7 @@ static void heap_delete(heap_t *h, heap_t *self) {
 
 /* Destroy h: its pages and segments go back, whatever they hold. */
 static void heap_destroy(heap_t *h) {
+  if (unlikely(hm_profiling)) profile_heap_destroyed(h);
   heap_enter(h);
   for (page_t *pg = h->full.first; pg; pg = pg->next) page_set_tf_state(pg, TF_NORMAL);   /* (deliveries end) */
   while (h->segments) segment_destroy(h, h->segments);

@@ -1,0 +1,165 @@
+/* The heap profiler's accounting in one process (HAKMEM_PROFILE; the
+ * program re-executes itself with it, at a rate of one sample per 4 KiB so
+ * that thousands of blocks are sampled): threads allocate and free, half of
+ * the blocks freed by another thread, and afterwards hakmem_profile_dump
+ * shows no live bytes left and the bytes allocated within 10 % of the truth;
+ * blocks kept are live within 10 % of theirs, and leave when freed, or when
+ * the first-class heap holding them is destroyed.  Run under TSan too (make
+ * test-sanitize): the tables are shared by every thread.  (Call sites and
+ * formats: test_profile.sh.) */
+#include "test.h"
+#include "hakmem.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The exit report goes nowhere: the prefix names no directory. */
+TEST_ENV("HAKMEM_PROFILE=/nonexistent/hakmem-test-sampling")
+__attribute__((constructor(102))) static void rate(int argc, char **argv) {
+  (void)argc;
+  test_reexec_with("HAKMEM_PROFILE_RATE=4096", argv);
+}
+
+#define T 4
+#define PER 4000
+#define RATE 4096
+static void *handed[T][PER / 2];
+static pthread_barrier_t bar;
+static _Atomic uint64_t asked;
+
+static size_t pick_size(unsigned i) {
+  static const size_t sizes[] = { 8, 24, 100, 200, 700, 1500, 5000, 40000 };
+  return sizes[i % (sizeof sizes / sizeof sizes[0])];
+}
+
+/* Each thread allocates PER blocks, frees half itself, hands the other half
+ * to the next thread, which frees them. */
+static void *worker(void *arg) {
+  int id = (int)(intptr_t)arg;
+  void *mine[PER / 2];
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < PER; i++) {
+    size_t n = pick_size(i * 7 + (unsigned)id);
+    void *p = hakmem_malloc(n);
+    if (!p) { CHECK(p != NULL); break; }
+    memset(p, id, 8);
+    bytes += n;
+    if (i & 1) handed[id][i / 2] = p; else mine[i / 2] = p;
+  }
+  atomic_fetch_add(&asked, bytes);
+  for (unsigned i = 0; i < PER / 2; i++) hakmem_free(mine[i]);
+  pthread_barrier_wait(&bar);
+  int from = (id + T - 1) % T;
+  for (unsigned i = 0; i < PER / 2; i++) hakmem_free(handed[from][i]);
+  return NULL;
+}
+
+/* The bytes of a folded file: the last number of every line. */
+static double folded_total(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  double total = 0;
+  char line[8192];
+  while (fgets(line, sizeof line, f)) {
+    char *sp = strrchr(line, ' ');
+    if (sp) total += strtod(sp + 1, NULL);
+  }
+  fclose(f);
+  return total;
+}
+
+static char dir[64];
+
+static double dumped(const char *view) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/p.%s.folded", dir, view);
+  return folded_total(path);
+}
+
+static void dump_now(void) {
+  char path[96];
+  snprintf(path, sizeof path, "%s/p", dir);
+  CHECKF(hakmem_profile_dump(path) == 0, "hakmem_profile_dump(%s) failed", path);
+}
+
+static void remove_dump(void) {
+  const char *views[] = { "live", "peak", "alloc" }, *exts[] = { "folded", "svg" };
+  char path[128];
+  for (int v = 0; v < 3; v++)
+    for (int e = 0; e < 2; e++) {
+      snprintf(path, sizeof path, "%s/p.%s.%s", dir, views[v], exts[e]);
+      unlink(path);
+    }
+}
+
+TEST(freed_blocks_leave_the_live_heap) {
+  snprintf(dir, sizeof dir, "/tmp/hakmem-sampling-XXXXXX");
+  if (!mkdtemp(dir)) { CHECKF(0, "mkdtemp failed"); return; }
+  dump_now();
+  double before_alloc = dumped("alloc"), before_live = dumped("live");
+  pthread_barrier_init(&bar, NULL, T);
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&bar);
+  dump_now();
+  double alloc = dumped("alloc") - before_alloc, live = dumped("live") - before_live, truth = (double)asked;
+  CHECKF(alloc > 0.9 * truth && alloc < 1.1 * truth, "estimated %.0f bytes allocated, %.0f asked", alloc, truth);
+  CHECKF(live < 4 * RATE, "%.0f bytes still live after every block was freed", live);
+  CHECKF(dumped("peak") >= 0.5 * truth / T, "peak %.0f, under the %.0f bytes one thread held", dumped("peak"), truth / T);
+  remove_dump();
+}
+
+TEST(kept_blocks_stay_live) {
+  enum { N = 5000 };
+  static void *keep[N];
+  dump_now();
+  double before = dumped("live");
+  uint64_t bytes = 0;
+  for (int i = 0; i < N; i++) {
+    size_t n = pick_size((unsigned)i);
+    keep[i] = hakmem_malloc(n);
+    bytes += n;
+  }
+  dump_now();
+  double live = dumped("live") - before;
+  CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live, %llu kept", live,
+         (unsigned long long)bytes);
+  for (int i = 0; i < N; i++) hakmem_free(keep[i]);
+  dump_now();
+  live = dumped("live") - before;
+  CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after freeing them", live);
+  remove_dump();
+}
+
+TEST(destroyed_heap_leaves_the_live_heap) {
+  enum { N = 5000 };
+  dump_now();
+  double before = dumped("live");
+  hakmem_heap_t *h = hakmem_heap_new();
+  CHECK(h != NULL);
+  if (!h) return;
+  uint64_t bytes = 0;
+  for (int i = 0; i < N; i++) {
+    size_t n = pick_size((unsigned)i) + (i % 97 == 0 ? (size_t)5 << 20 : 0);   /* and a few huge blocks */
+    CHECK(hakmem_heap_malloc(h, n) != NULL);
+    bytes += n;
+  }
+  dump_now();
+  double live = dumped("live") - before;
+  CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live in the heap, %llu allocated",
+         live, (unsigned long long)bytes);
+  hakmem_heap_destroy(h);
+  dump_now();
+  live = dumped("live") - before;
+  CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after destroying the heap", live);
+  remove_dump();
+  rmdir(dir);
+}
+
+TEST_MAIN()
