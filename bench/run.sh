@@ -119,6 +119,7 @@ falseshare-t2  default  $B/false_sharing 2 1000000 8 100
 falseshare-t4  full     $B/false_sharing 4 500000 8 100
 churn          default  $B/thread_churn 500 4 2000
 walk           full     $B/walk 2000000 10 64
+walk-1g        full     $B/walk 16000000 3 64
 rssfree-idle   default  $B/rss_free 4 300 idle
 rssfree-exit   default  $B/rss_free 4 300 exit
 redis          default  bench/redis.sh 100000
@@ -213,10 +214,14 @@ BENCH=$run
 declare -A VLIB VENV      # variant -> library to preload, "VAR=VALUE ..." settings
 VARIANTS=()
 # An allocator is a name of LIB, or NAME=PATH[@VERSION]: a library built
-# elsewhere (the newest releases: bench/README.md), its version given or found.
+# elsewhere (the newest releases: bench/README.md), its version given or found;
+# either may be followed by :VAR=VALUE settings for its runs
+# (mimalloc3-large=$P/libmimalloc.so:MIMALLOC_ALLOW_LARGE_OS_PAGES=1).
 use_allocs() {
-  local a name path
+  local a name path settings
   for a in ${ALLOCS:-$1}; do
+    settings=""
+    if [[ $a == *:* ]]; then settings=${a#*:}; a=${a%%:*}; fi
     name=${a%%=*}
     if [ "$name" != "$a" ]; then
       path=${a#*=}
@@ -224,7 +229,7 @@ use_allocs() {
       if [ "$path" != "${path%@*}" ]; then VER[$name]=${path##*@}; else VER[$name]=$(libversion "${LIB[$name]}"); fi
       [ -f "${LIB[$name]}" ] || { note "$name: no library ${LIB[$name]}; skipped"; continue; }
     fi
-    if [ -v "LIB[$name]" ]; then VARIANTS+=("$name"); VLIB[$name]=${LIB[$name]}; VENV[$name]=""
+    if [ -v "LIB[$name]" ]; then VARIANTS+=("$name"); VLIB[$name]=${LIB[$name]}; VENV[$name]=${settings//:/ }
     else note "$name is not available (install failed?); skipped"; fi
   done
 }
@@ -297,7 +302,7 @@ interleave() {  # raw-file
 # For the report: "name version library" of each allocator, the skipped rows.
 describe_run() {  # stem
   local v
-  for v in "${VARIANTS[@]}"; do echo "$v ${VER[$v]:-unknown} ${VLIB[$v]}"; done >"$1.allocs"
+  for v in "${VARIANTS[@]}"; do echo "$v ${VER[$v]:-unknown} ${VLIB[$v]}${VENV[$v]:+ with ${VENV[$v]}}"; done >"$1.allocs"
   printf '%s' "$SKIPPED" >"$1.skipped"
 }
 

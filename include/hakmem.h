@@ -95,6 +95,8 @@ typedef struct hakmem_stats_s {
   size_t remote_frees;    /* (stats) frees of blocks another thread allocated */
   size_t thread_cached;   /* bytes in freed blocks that threads keep for reuse (HAKMEM_THREAD_CACHE_KB) */
   size_t thread_cache_hits, thread_cache_misses;  /* (stats) 4-256 KiB mallocs served by it, and not */
+  size_t huge_page_resident; /* bytes of the process in transparent huge pages (AnonHugePages;
+                             HAKMEM_HUGEPAGES), the whole process's, not only hakmem's */
 } hakmem_stats_t;
 void hakmem_stats_get(hakmem_stats_t *out);
 

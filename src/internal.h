@@ -368,6 +368,8 @@ static inline uintptr_t block_next(const page_t *pg, uintptr_t b) {
 /* ---- segments ------------------------------------------------------------ */
 typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
+  bool huge_pages;               /* asked for transparent huge pages (HAKMEM_HUGEPAGES=2): kept
+                                    when cached, as the mapping keeps the advice */
   /* (a line on: a segment's first line sits in the L1 set that every block at
    * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
    * and free's lookup here would lose it to them) */

@@ -258,7 +258,8 @@ static segment_t *segment_new(heap_t *h) {
   hm_assert(((uintptr_t)s & SEG_MASK) == 0 && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
-    if (hm_options.hugepages >= 2) os_hugepage(s, SEG_SIZE);
+    s->huge_pages = hm_options.hugepages >= 2;
+    if (s->huge_pages) os_hugepage(s, SEG_SIZE);
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
@@ -277,6 +278,18 @@ static segment_t *segment_new(heap_t *h) {
   segment_index(s);
   hm_assert(s->heap == h && s->used_slices == 1 && s->pages_map == 0 && s->pages_used == 0);
   return s;
+}
+
+/* The slices of s that its decay leaves resident whatever their age: in a
+ * segment in huge pages, each 2 MiB half that holds a page in use (the first
+ * always: the header).  A purge inside a huge page splits it, and khugepaged
+ * would fault the rest of it back in to make it whole again. */
+static uint64_t huge_page_kept(const segment_t *s) {
+  if (!s->huge_pages) return 0;
+  uint64_t low = (1ull << (SLICES / 2)) - 1, kept = 0;
+  if (s->used_slices & low) kept |= low;
+  if (s->used_slices & ~low) kept |= ~low;
+  return kept;
 }
 
 /* Purge the free slices in mask, coalescing runs into one madvise each. */
@@ -763,7 +776,7 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
     }
     if (mode == PURGE_FORCE) segment_purge(s, ~0ull);
     else if (s->purge_ms && now >= s->purge_ms) {
-      uint64_t purge = s->aged_slices & s->dirty_slices;
+      uint64_t purge = s->aged_slices & s->dirty_slices & ~huge_page_kept(s);
       unsigned used = (unsigned)__builtin_popcountll(s->used_slices);
       if (mode == PURGE_BUSY && used < s->checked_used) purge = 0;   /* draining */
       s->checked_used = used;

@@ -46,18 +46,34 @@ static int64_t cget(_Atomic int64_t *v) { return atomic_load_explicit(v, memory_
 
 /* ---- the report ------------------------------------------------------------ */
 
-/* The process's resident set, from /proc (no allocation); 0 if unreadable. */
+/* The text of a /proc file, NUL-terminated, without allocating; false if
+ * unreadable. */
+static bool read_proc(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = 0;
+  return true;
+}
+
+/* The process's resident set; 0 if unreadable. */
 static uint64_t process_rss(void) {
   char buf[128];
-  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
   unsigned long long size, rss;
-  if (sscanf(buf, "%llu %llu", &size, &rss) != 2) return 0;
+  if (!read_proc("/proc/self/statm", buf, sizeof buf) || sscanf(buf, "%llu %llu", &size, &rss) != 2) return 0;
   return rss * OS_PAGE;
+}
+
+/* The process's memory in transparent huge pages (AnonHugePages of
+ * smaps_rollup, Linux 4.14); 0 if unreadable. */
+static uint64_t process_huge_pages(void) {
+  char buf[2048];
+  if (!read_proc("/proc/self/smaps_rollup", buf, sizeof buf)) return 0;
+  const char *at = strstr(buf, "\nAnonHugePages:");
+  unsigned long long kib;
+  return at && sscanf(at + 1, "AnonHugePages: %llu kB", &kib) == 1 ? kib << 10 : 0;
 }
 
 static double mib(uint64_t b) { return (double)b / (1 << 20); }
@@ -80,13 +96,13 @@ static void stats_write(int fd) {
     pages += c.cls[k].pages;
   }
   hm_print(fd, "hakmem: statistics (pid %d)\n"
-           "  memory      %.1f MiB in blocks in use, %.1f MiB in thread caches, %.1f MiB committed, %.1f MiB mapped (peak %.1f, cached %.1f); process RSS %.1f MiB\n"
+           "  memory      %.1f MiB in blocks in use, %.1f MiB in thread caches, %.1f MiB committed, %.1f MiB mapped (peak %.1f, cached %.1f); process RSS %.1f MiB, %.1f MiB in huge pages\n"
            "  returned    %.1f MiB purged in total\n"
            "  segments    %lld now, %lld peak; pages %llu; huge blocks %lld now, %lld peak, %lld cached\n"
            "  threads     %lld live, %lld peak; segments abandoned %lld, reclaimed %lld; %lld pages taken back from quiet threads\n"
            "  os calls    mmap %lld, munmap %lld, madvise %lld, mremap %lld, mprotect %lld\n",
            (int)getpid(), mib(c.in_use), mib(c.thread_cached), mib(c.committed), mib(c.mapped), mib((uint64_t)peak(STAT_MAPPED)),
-           mib(c.cached), mib(process_rss()), mib((uint64_t)get(STAT_PURGED)),
+           mib(c.cached), mib(process_rss()), mib(process_huge_pages()), mib((uint64_t)get(STAT_PURGED)),
            (long long)get(STAT_SEGMENTS), (long long)peak(STAT_SEGMENTS),
            (unsigned long long)pages,
            (long long)get(STAT_HUGE), (long long)peak(STAT_HUGE), (long long)get(STAT_HUGE_CACHED),
@@ -171,6 +187,7 @@ void hm_stats_get(hakmem_stats_t *st) {
   }
   st->requested = (size_t)get(STAT_REQUESTED);
   st->remote_frees = (size_t)get(STAT_REMOTE_SENT);
+  st->huge_page_resident = (size_t)process_huge_pages();
 }
 
 int hm_stats_class(unsigned k, hakmem_class_stats_t *out) {

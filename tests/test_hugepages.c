@@ -4,10 +4,12 @@
  * program of small blocks keeps 4 KiB pages. */
 #include "test.h"
 #include "hakmem.h"
+#include "internal.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,6 +47,66 @@ TEST(segments_ask_for_huge_pages) {
   if (e < 0) { SKIP("smaps has no THPeligible (kernel older than 5.x)"); hakmem_free(p); return; }
   CHECKF(e == 1, "a small block's segment is not eligible for huge pages (THPeligible %d)", e);
   hakmem_free(p);
+}
+
+/* ---- the decay purges whole huge pages --------------------------------------- */
+
+/* Resident 4 KiB pages of [p, p + n) (mincore). */
+static size_t resident(const void *p, size_t n) {
+  unsigned char v[1024];
+  size_t pages = n / 4096, in = 0;
+  if (pages > sizeof v || mincore((void *)p, n, v)) return (size_t)-1;
+  for (size_t i = 0; i < pages; i++) in += v[i] & 1;
+  return in;
+}
+
+#define NB 120000                                  /* blocks of 64 B: about two segments */
+static char *nb[NB];
+
+/* Two segments full of 64-byte blocks; then every block of the first
+ * one's slices 16-63 freed (the class's current page, which stays, is in
+ * the second).  Once the decay has passed, the first segment's second 2 MiB
+ * (no page in use) is purged, and the free slices of its first 2 MiB (pages
+ * in use: slices 1-15) stay resident, its huge page whole. */
+TEST(decay_purges_whole_huge_pages) {
+  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+  for (int i = 0; i < NB; i++) {
+    nb[i] = hakmem_malloc(64);
+    memset(nb[i], 1, 64);
+  }
+  uintptr_t seg = (uintptr_t)nb[0] & ~(((uintptr_t)4 << 20) - 1);
+  for (int i = 0; i < NB; i++) {
+    uintptr_t off = (uintptr_t)nb[i] - seg;
+    if (off < ((uintptr_t)4 << 20) && off >= (uintptr_t)16 << 16) { hakmem_free(nb[i]); nb[i] = NULL; }
+  }
+  const char *low_free = (const char *)seg + ((size_t)16 << 16), *high = (const char *)seg + ((size_t)2 << 20);
+  for (int i = 0; i < 10 && resident(high, (size_t)2 << 20) != 0; i++) {   /* the decay, as a slow path runs it */
+    test_sleep_ms(30);
+    heap_enter(hm_tls_heap);
+    segment_purge_due(hm_tls_heap, PURGE_BUSY, NULL);
+    heap_leave(hm_tls_heap);
+  }
+  size_t low_in = resident(low_free, (size_t)1 << 20), high_in = resident(high, (size_t)2 << 20);
+  NOTE("after the decay: %zu of 256 free pages resident in the first half, %zu of 512 in the second", low_in, high_in);
+  CHECKF(high_in == 0, "the second 2 MiB, no page in use, kept %zu pages resident", high_in);
+  CHECKF(low_in == 256, "the first 2 MiB, pages in use, had its free slices purged (%zu of 256 resident)", low_in);
+  for (int i = 0; i < NB; i++) hakmem_free(nb[i]);
+}
+
+/* The statistics show the process's memory in huge pages: 32 MiB of small
+ * blocks, touched, are mostly in them (where the kernel has huge pages to
+ * give: none at all is reported as skipped). */
+TEST(stats_show_huge_pages) {
+  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+  enum { N = 1 << 19 };
+  static char *b[N];
+  for (int i = 0; i < N; i++) { b[i] = hakmem_malloc(64); b[i][0] = 1; }
+  hakmem_stats_t st;
+  hakmem_stats_get(&st);
+  NOTE("%zu MiB in huge pages with 32 MiB of 64-byte blocks", st.huge_page_resident >> 20);
+  if (st.huge_page_resident == 0) SKIP("the kernel gave no huge page (none free, or defrag off)");
+  else CHECKF(st.huge_page_resident >= (8u << 20), "only %zu KiB in huge pages", st.huge_page_resident >> 10);
+  for (int i = 0; i < N; i++) hakmem_free(b[i]);
 }
 
 /* The default, in a child exec'd with it (set, so that TEST_ENV keeps it). */

@@ -65,6 +65,9 @@ pub mod ffi {
         pub thread_cache_hits: usize,
         /// 4-256 KiB mallocs that found it empty (only with `HAKMEM_STATS=1`)
         pub thread_cache_misses: usize,
+        /// bytes of the process in transparent huge pages (`AnonHugePages`;
+        /// `HAKMEM_HUGEPAGES`), the whole process's
+        pub huge_page_resident: usize,
     }
 
     extern "C" {
