@@ -258,8 +258,9 @@ static segment_t *segment_new(heap_t *h) {
   hm_assert(((uintptr_t)s & SEG_MASK) == 0 && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
-    s->huge_pages = hm_options.hugepages >= 2;
-    if (s->huge_pages) os_hugepage(s, SEG_SIZE);
+    bool huge = hm_options.hugepages >= 2;
+    if (huge) os_hugepage(s, SEG_SIZE);       /* (before the header's first write faults in its page) */
+    s->huge_pages = huge;
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */

@@ -105,7 +105,7 @@ TEST(stats_show_huge_pages) {
   hakmem_stats_get(&st);
   NOTE("%zu MiB in huge pages with 32 MiB of 64-byte blocks", st.huge_page_resident >> 20);
   if (st.huge_page_resident == 0) SKIP("the kernel gave no huge page (none free, or defrag off)");
-  else CHECKF(st.huge_page_resident >= (8u << 20), "only %zu KiB in huge pages", st.huge_page_resident >> 10);
+  else CHECKF(st.huge_page_resident >= (24u << 20), "only %zu KiB in huge pages", st.huge_page_resident >> 10);
   for (int i = 0; i < N; i++) hakmem_free(b[i]);
 }
 
