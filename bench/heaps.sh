@@ -25,11 +25,11 @@ gcc -O2 -Iinclude -DHEAP_HAKMEM bench/heaps.c -o "$out/hakmem_heap" "$hm" -Wl,-r
 gcc -O2 -I"$MIMALLOC_INCLUDE" -DHEAP_MIMALLOC bench/heaps.c -o "$out/mi_heap" "$MIMALLOC" -Wl,-rpath,"$(dirname "$MIMALLOC")"
 gcc -O2 bench/heaps.c -o "$out/malloc_free"
 
-run() {  # name, command...: prints requests/s
+run() {  # name, command...: prints "requests/s destroy_ns"
   local name=$1; shift
-  "$@" "$REQUESTS" "$OBJECTS" | sed -n 's/^RESULT .*ops_per_sec=\([0-9]*\).*/\1/p'
+  "$@" "$REQUESTS" "$OBJECTS" | sed -n 's/^RESULT .*ops_per_sec=\([0-9]*\).*destroy_ns=\([0-9]*\).*/\1 \2/p'
 }
-declare -A res
+declare -A res end
 variants="hakmem_heap mi_heap hakmem_malloc_free mimalloc_malloc_free"
 for r in $(seq 1 "$RUNS"); do
   for v in $variants; do
@@ -39,7 +39,8 @@ for r in $(seq 1 "$RUNS"); do
       hakmem_malloc_free) x=$(LD_PRELOAD=$hm run "$v" "$out/malloc_free") ;;
       mimalloc_malloc_free) x=$(LD_PRELOAD=$MIMALLOC run "$v" "$out/malloc_free") ;;
     esac
-    res[$v]+="$x "
+    res[$v]+="${x% *} "
+    end[$v]+="${x#* } "
   done
   echo "round $r/$RUNS done" >&2
 done
@@ -48,10 +49,10 @@ mi=$(echo "${res[mi_heap]}" | median)
 echo "Per-request allocation: $REQUESTS requests of $OBJECTS objects (16-256 B), $RUNS interleaved runs;"
 echo "requests per second (CPU time), median [min-max], and relative to mi_heap (mimalloc: $MIMALLOC)."
 echo
-echo "| way | requests/s | vs mi_heap |"
-echo "|---|---|---|"
+echo "| way | requests/s | vs mi_heap | ending a request: destroy (heaps), the frees (malloc_free), ns |"
+echo "|---|---|---|---|"
 for v in $variants; do
   sorted=$(echo "${res[$v]}" | tr ' ' '\n' | grep . | sort -n)
   m=$(echo "${res[$v]}" | median)
-  echo "| $v | $m [$(echo "$sorted" | head -1)-$(echo "$sorted" | tail -1)] | $(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2fx", a / b}') |"
+  echo "| $v | $m [$(echo "$sorted" | head -1)-$(echo "$sorted" | tail -1)] | $(awk -v a="$m" -v b="$mi" 'BEGIN {printf "%.2fx", a / b}') | $(echo "${end[$v]}" | median) |"
 done
