@@ -11,6 +11,7 @@
  * pages' thread_free lists, the delayed list or the inbox, which other
  * threads push onto meanwhile. */
 #include "hot.h"
+#include "profile.h"
 
 #if HM_DEBUG_ON
 
@@ -96,12 +97,14 @@ static void validate_page(heap_t *h, page_t *pg, bool full) {
     hm_assert(pg->start >= page_run(pg) && pg->start + pg->block_size <= page_run(pg) + pg->slices * SLICE_SIZE);
     return;
   }
-  hm_assert(pg->cls < CLASSES && pg->block_size == class_size(pg->cls) && pg->start == page_run(pg));
-  hm_assert((pg->flags & ~PAGE_FULL) == hm_page_flags);
-  hm_assert(pg->reserved == (pg->slices * SLICE_SIZE - secure_guard()) / pg->block_size);
+  size_t pad = secure_pad(pg->block_size);
+  hm_assert(pg->cls < CLASSES && pg->block_size == class_size(pg->cls) && pg->start == page_run(pg) + pad);
+  /* (the profiler marks the pages that hold sampled blocks slow) */
+  hm_assert((pg->flags & ~(PAGE_FULL | (hm_profiling ? PAGE_SLOW : 0))) == (hm_page_flags & ~(hm_profiling ? PAGE_SLOW : 0)));
+  hm_assert(pg->reserved == (pg->slices * SLICE_SIZE - pad - secure_guard()) / pg->block_size);
   hm_assert(page_area(pg) == (size_t)pg->capacity * pg->block_size);
   if (full) hm_assert(!pg->free && pg->capacity == pg->reserved);   /* parked: found full */
-  validate_free_list(pg);
+  if (!(hm_secure && pg->cls == 0)) validate_free_list(pg);   /* (malloc(0)'s pages have no list: secure.c) */
   if (tcache_fast(pg->cls)) {                            /* where the owner's frees push */
     list_t *push = pg->flags ? &pg->list : h->tc_parked ? &h->tc_sink : &h->tc[pg->cls - TC_MIN].l;
     for (size_t k = pg->slice; k < (size_t)pg->slice + pg->slices; k++) hm_assert(slice_push_of(s, k) == push);
