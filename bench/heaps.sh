@@ -18,7 +18,7 @@ if [ -z "${MIMALLOC:-}" ]; then
 fi
 MIMALLOC_INCLUDE=${MIMALLOC_INCLUDE:-$(dirname "$MIMALLOC")/include}
 make -s build/libhakmem.so
-out=build/bench/heaps
+out=build/heaps
 mkdir -p "$out"
 hm=$PWD/build/libhakmem.so
 gcc -O2 -Iinclude -DHEAP_HAKMEM bench/heaps.c -o "$out/hakmem_heap" "$hm" -Wl,-rpath,"$(dirname "$hm")"
