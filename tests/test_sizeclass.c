@@ -244,7 +244,22 @@ TEST(segment_map) {
   void *p = hakmem_malloc(64);
   CHECK(segment_checked(p) == segment_of(p));
   CHECK(map_kind(p) == SEGMAP_NORMAL);
+  CHECK(segment_near(p));                      /* in the window: free's fast path */
   hakmem_free(p);
+  /* Aligned to 8 MiB, a huge block is mapped anywhere (not at os.c's hint):
+   * out of the window when hinting is on (the window is around the hint
+   * region; without hinting, around the first segment), in a far chunk of
+   * the map, and the slow paths find it as they find the others. */
+  void *far = hakmem_aligned_alloc(8u << 20, 100);
+  CHECK(far != NULL);
+  if (!far) return;
+  segment_t *s = segment_checked((uint8_t *)far - SEG_SIZE);
+  CHECKF(s != NULL && map_kind(s) == SEGMAP_HUGE, "%p: header %p, kind %u", far, (void *)s,
+         map_kind((uint8_t *)far - SEG_SIZE));
+  CHECK(!os_hint_start() || !segment_near(s));
+  CHECK(hakmem_malloc_usable_size(far) >= 100);
+  hakmem_free(far);
+  CHECK(map_kind((uint8_t *)far - SEG_SIZE) == 0);
 }
 
 TEST(huge_blocks) {
