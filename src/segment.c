@@ -992,19 +992,24 @@ static void huge_merge(segment_t *a, segment_t *b) {
 
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   size_t a = align > OS_PAGE ? align : OS_PAGE;
-  size_t skew = os_space_limited() ? 0 : heap_rand(h) % (HUGE_SKEW / OS_PAGE) * OS_PAGE;
-  size_t off = align >= SEG_SIZE ? SEG_SIZE : (huge_header() + skew + a - 1) & ~(a - 1);
+  size_t off = align >= SEG_SIZE ? SEG_SIZE : (huge_header() + a - 1) & ~(a - 1);
   size_t usable = (size + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
-  if (usable < size || usable > SIZE_MAX - off - align - OS_PAGE) return NULL;
+  if (usable < size || usable > SIZE_MAX - off - align - OS_PAGE - HUGE_SKEW) return NULL;
   size_t total = off + usable + secure_guard();
+  /* the skew, a multiple of the alignment; a cached mapping gives what it has to spare */
+  size_t skew = align >= SEG_SIZE || os_space_limited() ? 0 : (heap_rand(h) % (HUGE_SKEW / OS_PAGE) * OS_PAGE) & ~(a - 1);
   segment_t *s;
   bool zero = true, fresh = true;
   if (align <= SLICE_SIZE && !hm_secure && (s = huge_cache_take(total)) != NULL) {
     zero = s->purge_ms == 0;           /* purged memory reads as zero */
     fresh = false;
+    if (skew > s->size - total) skew = (s->size - total) & ~(a - 1);
+    off += skew;
     total = s->size;
     usable = total - off;
   } else if (align < SEG_SIZE) {
+    off += skew;
+    total += skew;
     s = os_map_aligned(total, SEG_SIZE);
   } else {
     uint8_t *raw = os_map(total + align);
