@@ -858,17 +858,20 @@ void segment_purge_reset_delay(heap_t *h) {
 
 /* A huge block sits at offset off of its own mapping, the header at the
  * mapping's start: right after the header's pages (huge_header), at the
- * alignment asked for, so that a mapping costs its block and a few pages of
- * address space, as glibc's do (ulimit -v counts it).  For alignments below
- * SEG_SIZE the block stays inside the first SEG_SIZE chunk, so the usual mask
- * finds the header.  Bigger alignments put the block exactly one chunk above
- * the header (huge_offset), a case only the slow paths (hm_lookup) need to
- * know.  What is purged of a huge mapping is all but its header.  Unless
- * address space is limited, the block starts a random number of pages
- * further, up to HUGE_SKEW bytes (untouched address space): where huge
- * blocks lie is then as random as where the others do (6 more bits). */
+ * alignment asked for, so that under an address-space limit (ulimit -v
+ * counts every page) a mapping costs its block and a few pages, as glibc's
+ * do.  Otherwise the mapping has HUGE_ROOM bytes besides the block, and the
+ * block starts at a random page among them (untouched address space): where
+ * huge blocks lie is then as random as where the others do (6 more bits),
+ * and the usable size is the mapping's size less the room, whatever the
+ * draw.  (Not in the hardened mode, whose guard page follows the block.)
+ * For alignments below SEG_SIZE the block stays inside the first SEG_SIZE
+ * chunk, so the usual mask finds the header.  Bigger alignments put the
+ * block exactly one chunk above the header (huge_offset), a case only the
+ * slow paths (hm_lookup) need to know.  What is purged of a huge mapping is
+ * all but its header. */
 static size_t huge_header(void) { return (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1); }
-#define HUGE_SKEW ((size_t)256 << 10)
+#define HUGE_ROOM ((size_t)256 << 10)
 /* Freed huge blocks are kept for reuse (up to HUGE_CACHE_BYTES), their memory
  * resident for one purge delay, then purged; the oldest are unmapped first.
  * Without this, a program that repeatedly builds big buffers page-faults all
@@ -992,24 +995,20 @@ static void huge_merge(segment_t *a, segment_t *b) {
 
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   size_t a = align > OS_PAGE ? align : OS_PAGE;
-  size_t off = align >= SEG_SIZE ? SEG_SIZE : (huge_header() + a - 1) & ~(a - 1);
+  size_t first = align >= SEG_SIZE ? SEG_SIZE : (huge_header() + a - 1) & ~(a - 1), room = first;
+  if (align < SEG_SIZE && first < HUGE_ROOM && !hm_secure && !os_space_limited()) room = HUGE_ROOM;
+  size_t off = first + heap_rand(h) % ((room - first) / a + 1) * a;
   size_t usable = (size + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
-  if (usable < size || usable > SIZE_MAX - off - align - OS_PAGE - HUGE_SKEW) return NULL;
-  size_t total = off + usable + secure_guard();
-  /* the skew, a multiple of the alignment; a cached mapping gives what it has to spare */
-  size_t skew = align >= SEG_SIZE || os_space_limited() ? 0 : (heap_rand(h) % (HUGE_SKEW / OS_PAGE) * OS_PAGE) & ~(a - 1);
+  if (usable < size || usable > SIZE_MAX - room - align - OS_PAGE) return NULL;
+  size_t total = room + usable + secure_guard();
   segment_t *s;
   bool zero = true, fresh = true;
   if (align <= SLICE_SIZE && !hm_secure && (s = huge_cache_take(total)) != NULL) {
     zero = s->purge_ms == 0;           /* purged memory reads as zero */
     fresh = false;
-    if (skew > s->size - total) skew = (s->size - total) & ~(a - 1);
-    off += skew;
     total = s->size;
-    usable = total - off;
+    usable = total - room;
   } else if (align < SEG_SIZE) {
-    off += skew;
-    total += skew;
     s = os_map_aligned(total, SEG_SIZE);
   } else {
     uint8_t *raw = os_map(total + align);
