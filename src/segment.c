@@ -642,14 +642,16 @@ static int find_run(uint64_t used, size_t n) {
   return r ? __builtin_ctzll(r) : -1;
 }
 
-/* The run of n free slices a page of s gets: the first at or above s's
- * origin, else the first from slice 1.  A segment's origin is random, a
+/* The run of n free slices a page gets: the first at or above its
+ * segment's origin, else the first from slice 1.  A segment's origin is random, a
  * multiple of the length of the page it was taken for (from slice 1):
  * where a heap's blocks lie within their segments is random too (6 bits
  * for pages of one slice), and pages of one length pack a segment as
- * tightly as from slice 1 on. */
-static int find_run_from(const segment_t *s, uint64_t used, size_t n) {
-  int i = find_run(used | slice_run(0, s->origin), n);
+ * tightly as from slice 1 on.  Buffers that realloc moves to grow go
+ * first-fit from slice 1, and a segment taken for one has its origin
+ * there: the slices after them stay free for them to grow into. */
+static int find_run_from(uint64_t used, size_t n, unsigned origin) {
+  int i = find_run(used | slice_run(0, origin), n);
   return i >= 0 ? i : find_run(used, n);
 }
 
@@ -666,22 +668,23 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
    * segment with room, as the heap's last runs went: a growing buffer then
    * finds free slices after it more often (realloc-64 ran 30 % slower with
    * best fit for its moves; docs/performance-log.md). */
+  bool grows = cls == CLASS_LARGE && !tight;
   int k = 1;
   segment_t *fit = fit_find(h, k, n);
   if (!fit) fit = fit_find(h, k = 0, n);
   if (fit) {
     if (tight) s = fit;
     else for (s = h->segments; s->fit_run[k] < n; s = s->next) {}   /* (one is there: the bins hold h's) */
-    i = find_run_from(s, k ? s->used_slices | ~s->dirty_slices : s->used_slices, n);
+    i = find_run_from(k ? s->used_slices | ~s->dirty_slices : s->used_slices, n, grows ? 1 : s->origin);
   }
   if (!s) {
     /* Reclaim a dead thread's segment before mapping a new one. */
     while ((s = segment_reclaim_any(h)) != NULL)
-      if ((i = find_run_from(s, s->used_slices, n)) >= 0) break;
+      if ((i = find_run_from(s->used_slices, n, grows ? 1 : s->origin)) >= 0) break;
   }
   if (!s) {
     if (!(s = segment_new(h))) return NULL;
-    s->origin = (uint8_t)(1 + n * (heap_rand(h) % ((SLICES - 1) / n)));
+    s->origin = grows ? 1 : (uint8_t)(1 + n * (heap_rand(h) % ((SLICES - 1) / n)));
     i = s->origin;
   }
   uint64_t mask = slice_run(i, n);
