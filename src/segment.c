@@ -633,13 +633,13 @@ bool segment_cache_trim(void) {
   return unmap != NULL;
 }
 
-/* First run of n free slices in a segment, or -1.  Bit j of r is set when
- * slices j..j+n-1 are all free. */
-static int find_run(uint64_t used, size_t n) {
+/* The runs of n free slices in a segment: bit j is set when slices
+ * j..j+n-1 are all free. */
+static uint64_t runs_of(uint64_t used, size_t n) {
   uint64_t free = ~used, r = free;
   for (size_t i = 1; i < n && r; i++) r &= free >> i;
   if (n > 1) r &= (n >= 64) ? 0 : ~0ull >> (n - 1);   /* the run must fit below slice 64 */
-  return r ? __builtin_ctzll(r) : -1;
+  return r;
 }
 
 /* The run of n free slices a page gets: the first at or above its
@@ -651,8 +651,8 @@ static int find_run(uint64_t used, size_t n) {
  * first-fit from slice 1, and a segment taken for one has its origin
  * there: the slices after them stay free for them to grow into. */
 static int find_run_from(uint64_t used, size_t n, unsigned origin) {
-  int i = find_run(used | slice_run(0, origin), n);
-  return i >= 0 ? i : find_run(used, n);
+  uint64_t r = runs_of(used, n), above = r & ~slice_run(0, origin);
+  return above ? __builtin_ctzll(above) : r ? __builtin_ctzll(r) : -1;
 }
 
 page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
