@@ -643,13 +643,15 @@ static uint64_t runs_of(uint64_t used, size_t n) {
 }
 
 /* The run of n free slices a page gets: the first at or above its
- * segment's origin, else the first from slice 1.  A segment's origin is random, a
- * multiple of the length of the page it was taken for (from slice 1):
- * where a heap's blocks lie within their segments is random too (6 bits
- * for pages of one slice), and pages of one length pack a segment as
- * tightly as from slice 1 on.  Buffers that realloc moves to grow go
- * first-fit from slice 1, and a segment taken for one has its origin
- * there: the slices after them stay free for them to grow into. */
+ * segment's origin, else the first from slice 1.  A heap's first segment
+ * has a random origin, a multiple of the length of the page it was taken
+ * for (from slice 1): where a heap's first blocks lie within it is random
+ * too (6 bits for pages of one slice), and pages of one length pack it as
+ * tightly as from slice 1 on.  Its later segments start at slice 1 (an
+ * origin in each split the runs that buffers grown by realloc move into:
+ * realloc_growth peaked 7 % higher), as does a segment taken for a buffer
+ * realloc moves to grow (first-fit from slice 1: the slices after it stay
+ * free for it to grow into). */
 static int find_run_from(uint64_t used, size_t n, unsigned origin) {
   uint64_t r = runs_of(used, n), above = r & ~slice_run(0, origin);
   return above ? __builtin_ctzll(above) : r ? __builtin_ctzll(r) : -1;
@@ -683,8 +685,9 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
       if ((i = find_run_from(s->used_slices, n, grows ? 1 : s->origin)) >= 0) break;
   }
   if (!s) {
+    bool first = !h->segments;
     if (!(s = segment_new(h))) return NULL;
-    s->origin = grows ? 1 : (uint8_t)(1 + n * (heap_rand(h) % ((SLICES - 1) / n)));
+    s->origin = grows || !first ? 1 : (uint8_t)(1 + n * (heap_rand(h) % ((SLICES - 1) / n)));
     i = s->origin;
   }
   uint64_t mask = slice_run(i, n);
