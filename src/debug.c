@@ -42,7 +42,8 @@ static bool in_bin(const heap_t *h, const segment_t *s, int k) {
  * the fit index, the decay.  Returns its pages. */
 static size_t validate_segment(heap_t *h, segment_t *s) {
   hm_assert(((uintptr_t)s & SEG_MASK) == 0 && s->size == SEG_SIZE && s->heap == h);
-  hm_assert(atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed) == SEGMAP_NORMAL);
+  _Atomic(uint8_t) *kind = segmap_entry((uintptr_t)s >> SEG_SHIFT);
+  hm_assert(kind && atomic_load_explicit(kind, memory_order_relaxed) == SEGMAP_NORMAL);
   hm_assert(!atomic_load_explicit(&s->abandoned, memory_order_relaxed));
   hm_assert(s->pages_used == (uint32_t)__builtin_popcountll(s->pages_map));
   uint64_t runs = 1;                                     /* slice 0: the header */

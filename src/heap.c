@@ -452,6 +452,15 @@ static void *heap_malloc_class(heap_t *h, size_t c) {
   return cached && tcache_fast(c) ? tcache_refill(h, pg) : hm_page_pop(pg);
 }
 
+/* Under an address-space limit (ulimit -v), a big block takes a mapping of
+ * its own when that costs less address space than its share of a segment
+ * filled with blocks of its size (16 slices: 17 against 21 1/3), as glibc's
+ * big blocks have theirs; without a limit, address space costs nothing and
+ * a run of slices is faster. */
+static bool big_apart(size_t slices) {
+  return (slices + 1) * ((SLICES - 1) / slices) < SLICES && os_space_limited();
+}
+
 /* Blocks above the largest class: a run of slices in one of the heap's
  * segments (large) or a mapping of their own (huge).  align may exceed
  * SLICE_SIZE: the block then starts inside its run, at the aligned address.
@@ -468,7 +477,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   if (n <= (grow ? GROW_HUGE : LARGE_MAX) && slack <= LARGE_MAX) {
     size_t tail = hm_secure ? SECURE_TAIL : 0;       /* (secure mode: canaries, and a guard page) */
     size_t slices = (n + tail + slack + secure_guard() + SLICE_SIZE - 1) / SLICE_SIZE;
-    if (slices < SLICES) {
+    if (slices < SLICES && !big_apart(slices)) {
       page_t *pg = segment_page_alloc(h, slices, CLASS_LARGE, !grow);
       if (!pg) return enomem();
       segment_t *s = segment_of(pg);

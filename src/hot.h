@@ -8,9 +8,10 @@
  *
  * malloc(n):               list = heap->direct[n / 16] (up to 32 KiB; by
  *                          512 bytes above), pop list->free.
- * free(p):                 segment = p & ~SEG_MASK (checked against the segment
- *                          map), page = segment->slice_page[slice of p]; if p
- *                          is a carved block's start that does not look
+ * free(p):                 segment = p & ~SEG_MASK (checked against the
+ *                          segment map's window), page =
+ *                          segment->slice_page[slice of p]; if p is a
+ *                          carved block's start that does not look
  *                          already freed, and page->local says this thread
  *                          owns the page: push it on segment->slice_push[slice
  *                          of p], the page itself or the thread cache of its
@@ -155,7 +156,7 @@ HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
  * hm_free_sized_slow, which reports a size larger than the block; the
  * slow path gets the size too (the hardened mode checks it). */
 HM_INLINE void hm_free_block(void *p, bool to_cache, size_t size) {
-  if (likely(segment_known(p))) {                    /* not NULL nor a foreign pointer */
+  if (likely(segment_near(p))) {                     /* not NULL, a foreign pointer nor a far segment's */
     segment_t *s = segment_of(p);
     size_t k = ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT;
     page_t *pg = s->slice_page[k];

@@ -69,11 +69,12 @@ __attribute__((noreturn, cold)) void hm_assert_fail(const char *expr, const char
 #define HM_TSAN 0
 #endif
 
-/* A word another thread may write, read on free's fast path where GCC may
- * fold the load into the compare that uses it (it never folds an atomic load,
- * even a relaxed one: one instruction more).  x86-64 and arm64 load an
- * aligned word whole, so the read sees the old value or the new one; under
- * TSan, which cannot know that, an atomic load. */
+/* A word (racy_byte: a byte) another thread may write, read on free's fast
+ * path where GCC may fold the load into the compare or the arithmetic that
+ * uses it (it never folds an atomic load, even a relaxed one: one
+ * instruction more).  x86-64 and arm64 load an aligned word whole, so the
+ * read sees the old value or the new one; under TSan, which cannot know
+ * that, an atomic load. */
 static inline uint64_t racy_word(const _Atomic uint64_t *w) {
 #if HM_TSAN
   return atomic_load_explicit(w, memory_order_relaxed);
@@ -81,11 +82,18 @@ static inline uint64_t racy_word(const _Atomic uint64_t *w) {
   return *(const uint64_t *)w;
 #endif
 }
+static inline uint8_t racy_byte(const _Atomic(uint8_t) *b) {
+#if HM_TSAN
+  return atomic_load_explicit(b, memory_order_relaxed);
+#else
+  return *(const uint8_t *)b;
+#endif
+}
 
 /* ---- geometry ------------------------------------------------------------ */
 #define SEG_SHIFT     22                        /* 4 MiB segments */
-#define SEG_REGION    ((uintptr_t)1 << 41)      /* segments go from 2 TiB up (os.c): in [2, 4) TiB
-                                                   unless that many are mapped or a hint failed */
+#define SEG_REGION    ((uintptr_t)1 << 41)      /* segments go up from a random start (os.c), over
+                                                   512 GiB at most: one or two aligned 2 TiB regions */
 #define SEG_SIZE      ((size_t)1 << SEG_SHIFT)
 #define SEG_MASK      (SEG_SIZE - 1)
 #define SLICE_SHIFT   16                        /* 64 KiB slices */
@@ -93,9 +101,11 @@ static inline uint64_t racy_word(const _Atomic uint64_t *w) {
 #define SLICES        (SEG_SIZE / SLICE_SIZE)   /* 64, slice 0 is the header */
 #define OS_PAGE       os_page_size()    /* 4 KiB, or 16/64 KiB on some arm64 kernels */
 
-/* The segment map covers a 48-bit address space, one byte per segment. */
+/* The segment map: one byte per segment of a window of 1 TiB (below), and
+ * the rest of a 48-bit address space in chunks of that size as needed. */
 #define ADDR_BITS     48
-#define SEGMAP_SIZE   ((size_t)1 << (ADDR_BITS - SEG_SHIFT))
+#define SEGMAP_BITS   18
+#define SEGMAP_SIZE   ((size_t)1 << SEGMAP_BITS)
 
 /* ---- size classes ---------------------------------------------------------
  * 16-byte steps up to 128 B, then four classes per power of two (waste <= 25%),
@@ -396,6 +406,7 @@ typedef struct segment_s {
   _Atomic int abandoned;
   uint32_t pages_used;
   uint64_t pages_map;            /* bit d: pages[d] describes a page */
+  uint8_t origin;                /* where its pages go first (segment.c): a random slice */
   uint8_t fit_run[2];            /* its heap's index (segment.c): longest free run, longest
                                     free and resident run; 0: in no bin */
   struct segment_s *fit_next[2], *fit_prev[2];
@@ -405,11 +416,28 @@ typedef struct segment_s {
 
 _Static_assert(sizeof(segment_t) <= SLICE_SIZE, "segment header must fit in slice 0");
 
-/* The segment map lives in .bss: valid before any initialisation (free(NULL)
- * may come first) and untouched pages of it cost no memory. */
+/* The segment map says which SEG_SIZE chunks of address space are segments
+ * of ours, and of which kind.  A process's segments lie together (os.c
+ * hints them into one run of address space, and ordinary mmaps fill the top
+ * of the address space downwards), so the map free's fast path reads is a
+ * window of SEGMAP_SIZE segments (1 TiB) centred on the first segment mapped
+ * (hm_segmap_lo: its first segment, a segment number, set once before any
+ * segment is published); a segment outside it goes into the far map, chunks
+ * of the same size mapped as they are needed, which the slow paths read
+ * (segment.c).  The window is in .bss: valid before any initialisation
+ * (free(NULL) may come first), 256 KiB of address space, and its untouched
+ * pages cost no memory. */
+/* (hidden: free reads hm_segmap_lo in its subtraction, not through the GOT) */
+extern _Atomic uint64_t hm_segmap_lo __attribute__((visibility("hidden")));
 extern _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 #define SEGMAP_NORMAL 1
 #define SEGMAP_HUGE   2
+_Atomic(uint8_t) *segmap_far(uintptr_t i);        /* segment i's far entry, or NULL (segment.c) */
+/* The map's entry of segment number i (p >> SEG_SHIFT), NULL if none. */
+static inline _Atomic(uint8_t) *segmap_entry(uintptr_t i) {
+  uintptr_t w = i - racy_word(&hm_segmap_lo);
+  return w < SEGMAP_SIZE ? &hm_segmap[w] : segmap_far(i);
+}
 
 /* The slice bitmap bits of slices [i, i+n) of a segment. */
 static inline uint64_t slice_run(size_t i, size_t n) { return (n >= 64 ? ~0ull : (1ull << n) - 1) << i; }
@@ -421,18 +449,19 @@ static inline uint8_t *page_run(const page_t *pg) { return (uint8_t *)segment_of
 /* Each page of segment s in turn (pg may be given back inside the loop). */
 #define for_each_page(s, pg) \
   for (uint64_t m_ = (s)->pages_map; m_ && ((pg) = &(s)->pages[__builtin_ctzll(m_)], 1); m_ &= m_ - 1)
+/* Is p in one of our segments of the map's window (free's fast path; the
+ * others take the slow path)?  Safe for any pointer value. */
+static inline bool segment_near(const void *p) {
+  uintptr_t w = ((uintptr_t)p >> SEG_SHIFT) - racy_word(&hm_segmap_lo);
+  return w < SEGMAP_SIZE && racy_byte(&hm_segmap[w]);
+}
 /* Is p in one of our segments?  Safe for any pointer value. */
 static inline bool segment_known(const void *p) {
-  uintptr_t i = (uintptr_t)p >> SEG_SHIFT;
-  return i < SEGMAP_SIZE && atomic_load_explicit(&hm_segmap[i], memory_order_relaxed);
+  _Atomic(uint8_t) *e = segmap_entry((uintptr_t)p >> SEG_SHIFT);
+  return e && atomic_load_explicit(e, memory_order_relaxed);
 }
 /* Our segment header for p, or NULL.  Safe for any pointer value. */
-static inline segment_t *segment_checked(const void *p) {
-  uintptr_t i = (uintptr_t)p >> SEG_SHIFT;
-  if (unlikely(i >= SEGMAP_SIZE)) return NULL;
-  if (!atomic_load_explicit(&hm_segmap[i], memory_order_relaxed)) return NULL;
-  return segment_of(p);
-}
+static inline segment_t *segment_checked(const void *p) { return segment_known(p) ? segment_of(p) : NULL; }
 
 /* ---- heaps --------------------------------------------------------------- */
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
@@ -623,6 +652,8 @@ bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);
 uint64_t os_now_ms(void);
 uint64_t os_coarse_ms(void);     /* os_now_ms as of the last timer tick: never ahead, a few ms behind */
 uint64_t os_random(void);
+bool  os_space_limited(void);                     /* ulimit -v: address space counts */
+uintptr_t os_hint_start(void);                    /* where aligned mappings go from, 0: anywhere */
 bool  os_membarrier_init(void);                   /* can os_membarrier be used */
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */
 

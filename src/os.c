@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,8 @@ size_t os_page_size(void) {
   return p;
 }
 
+static _Atomic int space_limited = -1;       /* os_space_limited; -1: to be read */
+
 /* Anonymous read-write memory at addr (a hint, or exact with
  * MAP_FIXED_NOREPLACE in flags); NULL with mmap's errno on failure.  Not
  * MAP_NORESERVE: the kernel's overcommit check then refuses a request that
@@ -27,7 +30,10 @@ size_t os_page_size(void) {
 static void *map_at(void *addr, size_t size, int flags) {
   void *p = mmap(addr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   stat_os(STAT_OS_MMAP);
-  if (p == MAP_FAILED) return NULL;
+  if (p == MAP_FAILED) {
+    if (errno == ENOMEM) atomic_store_explicit(&space_limited, -1, memory_order_relaxed);
+    return NULL;
+  }
   stat_add(STAT_MAPPED, size);
   return p;
 }
@@ -41,30 +47,49 @@ void os_unmap(void *p, size_t size) {
 }
 
 /* Aligned mappings are first asked for at a hint: an address in a region
- * ordinary mmaps do not reach (from 2 TiB up, at a random start), advanced by
- * each mapping's size.  MAP_FIXED_NOREPLACE maps exactly there or fails
- * without mapping, so an aligned mapping costs one mmap instead of mmap +
- * munmaps.  A taken range (a huge block grown in place, say) moves on to the
- * next hint; four misses in a row, or a kernel that treats the flag as a mere
- * hint, turn hinting off for good. */
-#define HINT_BASE  SEG_REGION
-#define HINT_END   ((uintptr_t)8 << 40)
-#define HINT_TRIES 4
+ * ordinary mmaps do not reach, advanced by each mapping's size.  The region
+ * starts at a random segment among HINT_STARTS from HINT_LO (2 to 34 TiB,
+ * below the programs, libraries and stacks, and below where ordinary mmaps
+ * go up from in the legacy layout) and is HINT_SPAN long, half the segment
+ * map's window, which is centred on the first segment (internal.h): where a
+ * process's segments lie has 23 random bits.  MAP_FIXED_NOREPLACE maps
+ * exactly there or fails without mapping, so an aligned mapping costs one
+ * mmap instead of mmap + munmaps.  A taken range (a huge block grown in
+ * place, say) moves on to the next hint; four misses in a row, or a kernel
+ * that treats the flag as a mere hint, turn hinting off for good.  A mapping
+ * that does not fit in what is left of the region, or that the kernel
+ * refuses for want of memory, is mapped (or refused) by the fallback. */
+#define HINT_LO     ((uintptr_t)2 << 40)
+#define HINT_STARTS ((uintptr_t)1 << 23)
+#define HINT_SPAN   ((uintptr_t)SEGMAP_SIZE / 2 * SEG_SIZE)
+#define HINT_TRIES  4
 #define HINT_OFF (HM_ASAN || HM_TSAN)        /* the sanitizers own that range */
-static _Atomic uintptr_t hint_next = HINT_OFF ? HINT_END : 0;   /* 0: not started; HINT_END: off */
+#define HINT_DONE UINTPTR_MAX
+static _Atomic uintptr_t hint_start;         /* 0: not picked yet */
+static _Atomic uintptr_t hint_next = HINT_OFF ? HINT_DONE : 0;   /* 0: not started */
 
-static void *map_hinted(size_t size, size_t align) {
+/* The region's start, picked at the first call; 0 once hinting is off. */
+uintptr_t os_hint_start(void) {
   uintptr_t h = atomic_load_explicit(&hint_next, memory_order_relaxed);
-  if (h == 0) {                              /* first use: pick the random start */
-    uintptr_t start = HINT_BASE + (uintptr_t)(os_random() % 1024) * ((uintptr_t)1 << 30);
+  if (h == 0) {
+    uintptr_t start = HINT_LO + (uintptr_t)(os_random() % HINT_STARTS) * SEG_SIZE, none = 0;
+    if (!atomic_compare_exchange_strong(&hint_start, &none, start)) start = none;
     atomic_compare_exchange_strong(&hint_next, &h, start);
     h = atomic_load_explicit(&hint_next, memory_order_relaxed);
   }
+  return h == HINT_DONE ? 0 : atomic_load_explicit(&hint_start, memory_order_relaxed);
+}
+
+static void *map_hinted(size_t size, size_t align) {
+  uintptr_t start = os_hint_start(), h = atomic_load_explicit(&hint_next, memory_order_relaxed);
+  if (!start) return NULL;
+  uintptr_t end = start + HINT_SPAN;
   size_t step = (size + align - 1) & ~(align - 1);
+  if (step > HINT_SPAN) return NULL;
   int saved = errno;                         /* a refused hint is not the caller's error */
   for (int tries = 0; tries < HINT_TRIES; tries++) {
     do {
-      if (h >= HINT_END - step || (h & (align - 1))) goto out;
+      if ((h & (align - 1)) || h > end - step) goto out;
     } while (!atomic_compare_exchange_weak(&hint_next, &h, h + step));
     void *p = map_at((void *)h, size, MAP_FIXED_NOREPLACE);
     if (p == (void *)h) {
@@ -75,10 +100,14 @@ static void *map_hinted(size_t size, size_t align) {
       os_unmap(p, size);
       break;
     }
-    if (errno != EEXIST) goto out;           /* out of memory: the fallback says so */
+    if (errno != EEXIST) {                   /* out of memory: the fallback says so, */
+      uintptr_t next = h + step;             /* and the range is for the next mapping */
+      atomic_compare_exchange_strong(&hint_next, &next, h);
+      goto out;
+    }
     h += step;
   }
-  atomic_store_explicit(&hint_next, HINT_END, memory_order_relaxed);
+  atomic_store_explicit(&hint_next, HINT_DONE, memory_order_relaxed);
 out:
   errno = saved;
   return NULL;
@@ -97,6 +126,19 @@ void *os_map_aligned(size_t size, size_t align) {
   size_t tail = (size_t)(p + size + align - (a + size));
   if (tail) os_unmap(a + size, tail);
   return a;
+}
+
+/* Is the address space limited (RLIMIT_AS, ulimit -v)?  Read at the first
+ * call, and again after a mapping was refused for want of memory (the
+ * program may have set a limit since). */
+bool os_space_limited(void) {
+  int v = atomic_load_explicit(&space_limited, memory_order_relaxed);
+  if (v < 0) {
+    struct rlimit r;
+    v = getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY;
+    atomic_store_explicit(&space_limited, v, memory_order_relaxed);
+  }
+  return v;
 }
 
 /* Drop the contents of whole pages.  MADV_DONTNEED (not MADV_FREE) so that RSS
@@ -164,11 +206,13 @@ uint64_t os_coarse_ms(void) {
 
 uint64_t os_random(void) {
   uint64_t r = 0;
+  int saved = errno;                         /* (malloc's callers keep theirs) */
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uintptr_t)&r ^ (uint64_t)getpid() << 32;
   }
+  errno = saved;
   return r;
 }
 

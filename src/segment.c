@@ -16,6 +16,7 @@
 
 #include <string.h>
 
+_Atomic uint64_t hm_segmap_lo;
 _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
 
 /* Slice entries of free slices point here: its owner never matches a heap and
@@ -65,11 +66,15 @@ static decay_t retired_decay;               /* (cache_lock) */
 static uint64_t unmapped_ms;                 /* (cache_lock) when retired ones last went */
 static bool remapped;                        /* (cache_lock) and a fresh one came soon after */
 static uint64_t taken_back_ms;               /* (cache_lock) when a retired one was last reused */
-/* Segments are mapped RESERVE_BATCH at a time (64 MiB), each batch with one
- * mmap: address space only, until a segment is used. */
+/* Segments are mapped in batches, each with one mmap: address space only,
+ * until a segment is used.  A batch is as many segments as the process has
+ * had from batches so far, 1 to RESERVE_BATCH (64 MiB), so that what is
+ * reserved ahead of need is never more than what was needed; when the
+ * address space refuses it (ulimit -v), half as many, down to one. */
 #define RESERVE_BATCH 16
 static uint8_t *reserve;                     /* (cache_lock) the next unused segment */
 static size_t reserve_left;
+static size_t reserved;                      /* (cache_lock) segments mapped in batches */
 
 /* Every mapped segment (normal or huge, in use or cached) is registered, so a
  * census (mallinfo2, the stats report) can walk them.  Unmapping and moving
@@ -99,9 +104,53 @@ static void segment_unmap(segment_t *s) {
   pthread_mutex_unlock(&registry_lock);
 }
 
+/* ---- the segment map (internal.h) ------------------------------------------
+ * The window is placed when the first segment is registered, centred on the
+ * start of os.c's region for aligned mappings (any segment's, aligned to
+ * SEG_SIZE or more, may come first), or without one (hinting off) on that
+ * segment; the far map's chunks are mapped as segments outside it are
+ * registered.  Under map_lock; both are there for good. */
+#define FAR_CHUNKS ((size_t)1 << (ADDR_BITS - SEG_SHIFT - SEGMAP_BITS))
+static _Atomic(_Atomic(uint8_t) *) far_map[FAR_CHUNKS];
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool window_placed;                   /* (map_lock) */
+
+_Atomic(uint8_t) *segmap_far(uintptr_t i) {
+  if (i >> SEGMAP_BITS >= FAR_CHUNKS) return NULL;
+  _Atomic(uint8_t) *chunk = atomic_load_explicit(&far_map[i >> SEGMAP_BITS], memory_order_acquire);
+  return chunk ? &chunk[i & (SEGMAP_SIZE - 1)] : NULL;
+}
+
+/* The entry of segment s, made if it has none (a segment is registered);
+ * NULL if the far chunk it needs cannot be mapped. */
+static _Atomic(uint8_t) *segmap_make(segment_t *s) {
+  uintptr_t i = (uintptr_t)s >> SEG_SHIFT;
+  pthread_mutex_lock(&map_lock);
+  if (!window_placed) {
+    uintptr_t start = os_hint_start(), mid = start ? start >> SEG_SHIFT : i;
+    atomic_store_explicit(&hm_segmap_lo, mid > SEGMAP_SIZE / 2 ? mid - SEGMAP_SIZE / 2 : 0, memory_order_relaxed);
+    window_placed = true;
+  }
+  _Atomic(uint8_t) *e = segmap_entry(i);
+  if (!e && i >> SEGMAP_BITS < FAR_CHUNKS) {
+    _Atomic(uint8_t) *chunk = os_map(SEGMAP_SIZE);
+    if (chunk) {
+      atomic_store_explicit(&far_map[i >> SEGMAP_BITS], chunk, memory_order_release);
+      e = &chunk[i & (SEGMAP_SIZE - 1)];
+    }
+  }
+  pthread_mutex_unlock(&map_lock);
+  return e;
+}
+
+/* Set the map entry of s, which has one (segmap_make). */
 static void segmap_set(segment_t *s, uint8_t v) {
-  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && ((uintptr_t)s >> SEG_SHIFT) < SEGMAP_SIZE && v <= SEGMAP_HUGE);
-  atomic_store_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], v, memory_order_release);
+  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && v <= SEGMAP_HUGE);
+  atomic_store_explicit(segmap_entry((uintptr_t)s >> SEG_SHIFT), v, memory_order_release);
+}
+static uint8_t segmap_kind(const segment_t *s) {     /* (a split span's may have none) */
+  _Atomic(uint8_t) *e = segmap_entry((uintptr_t)s >> SEG_SHIFT);
+  return e ? atomic_load_explicit(e, memory_order_relaxed) : 0;
 }
 
 static void list_push(segment_t **head, segment_t *s) {
@@ -242,11 +291,12 @@ static segment_t *segment_new(heap_t *h) {
       remapped = true;
     }
     if (!reserve_left) {
-      size_t n = RESERVE_BATCH;
-      while (!(reserve = os_map_aligned(n * SEG_SIZE, SEG_SIZE)) && n > 1) n = 1;
+      size_t n = reserved < RESERVE_BATCH ? (reserved ? reserved : 1) : RESERVE_BATCH;
+      while (!(reserve = os_map_aligned(n * SEG_SIZE, SEG_SIZE)) && n > 1) n /= 2;
       reserve_left = reserve ? n : 0;
+      reserved += reserve_left;
     }
-    if (reserve_left) {
+    if (reserve_left && segmap_make((segment_t *)reserve)) {
       s = (segment_t *)reserve;
       reserve += SEG_SIZE;
       reserve_left--;
@@ -255,7 +305,7 @@ static segment_t *segment_new(heap_t *h) {
   }
   pthread_mutex_unlock(&cache_lock);
   if (!s) return NULL;
-  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
+  hm_assert(((uintptr_t)s & SEG_MASK) == 0 && !segmap_kind(s));
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
     bool huge = hm_options.hugepages >= 2;
@@ -318,7 +368,7 @@ void segment_unlink(heap_t *h, segment_t *s) {
  * the newest back; a sorted insert here held the lock for the walk), to go
  * once it has waited the delay (purge_ms, unused while retired). */
 static void retire(segment_t *s, uint64_t now) {
-  hm_assert(!s->heap && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
+  hm_assert(!s->heap && !segmap_kind(s));
   s->purge_ms = decay_due(&retired_decay, now);
   segq_push(&retired, s);
 }
@@ -375,7 +425,7 @@ static void unmap_runs(segment_t *s) {
     pthread_mutex_lock(&registry_lock);
     while (s && (uint8_t *)s == end) {
       segment_t *next = s->next;
-      hm_assert(!s->heap && !atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed));
+      hm_assert(!s->heap && !segmap_kind(s));
       end += s->size;
       registry_remove(s);
       stat_dec(STAT_SEGMENTS);
@@ -590,14 +640,29 @@ bool segment_cache_trim(void) {
   return unmap != NULL;
 }
 
-/* First run of n free slices in a segment, or -1.  Bit j of r is set when
- * slices j..j+n-1 are all free. */
-static int find_run(uint64_t used, size_t n) {
+/* The runs of n free slices in a segment: bit j is set when slices
+ * j..j+n-1 are all free. */
+static uint64_t runs_of(uint64_t used, size_t n) {
   uint64_t free = ~used, r = free;
   for (size_t i = 1; i < n && r; i++) r &= free >> i;
   if (n > 1) r &= (n >= 64) ? 0 : ~0ull >> (n - 1);   /* the run must fit below slice 64 */
-  hm_assert(n > 0 && (!r || !(used & slice_run((size_t)__builtin_ctzll(r), n))));
-  return r ? __builtin_ctzll(r) : -1;
+  return r;
+}
+
+/* The run of n free slices a page gets: the first at or above its
+ * segment's origin, else the first from slice 1.  A heap's first segment
+ * has a random origin, a multiple of the length of the page it was taken
+ * for (from slice 1): where a heap's first blocks lie within it is random
+ * too (6 bits for pages of one slice), and pages of one length pack it as
+ * tightly as from slice 1 on.  Its later segments start at slice 1 (an
+ * origin in each split the runs that buffers grown by realloc move into:
+ * realloc_growth peaked 7 % higher), as does a segment taken for a buffer
+ * realloc moves to grow (first-fit from slice 1: the slices after it stay
+ * free for it to grow into). */
+static int find_run_from(uint64_t used, size_t n, unsigned origin) {
+  hm_assert(n > 0 && origin >= 1 && origin < SLICES);
+  uint64_t r = runs_of(used, n), above = r & ~slice_run(0, origin);
+  return above ? __builtin_ctzll(above) : r ? __builtin_ctzll(r) : -1;
 }
 
 page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
@@ -613,22 +678,25 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
    * segment with room, as the heap's last runs went: a growing buffer then
    * finds free slices after it more often (best fit for its moves scatters
    * them). */
+  bool grows = cls == CLASS_LARGE && !tight;
   int k = 1;
   segment_t *fit = fit_find(h, k, n);
   if (!fit) fit = fit_find(h, k = 0, n);
   if (fit) {
     if (tight) s = fit;
     else for (s = h->segments; s->fit_run[k] < n; s = s->next) {}   /* (one is there: the bins hold h's) */
-    i = find_run(k ? s->used_slices | ~s->dirty_slices : s->used_slices, n);
+    i = find_run_from(k ? s->used_slices | ~s->dirty_slices : s->used_slices, n, grows ? 1 : s->origin);
   }
   if (!s) {
     /* Reclaim a dead thread's segment before mapping a new one. */
     while ((s = segment_reclaim_any(h)) != NULL)
-      if ((i = find_run(s->used_slices, n)) >= 0) break;
+      if ((i = find_run_from(s->used_slices, n, grows ? 1 : s->origin)) >= 0) break;
   }
   if (!s) {
+    bool first = !h->segments;
     if (!(s = segment_new(h))) return NULL;
-    i = find_run(s->used_slices, n);
+    s->origin = grows || !first ? 1 : (uint8_t)(1 + n * (heap_rand(h) % ((SLICES - 1) / n)));
+    i = s->origin;
   }
   uint64_t mask = slice_run(i, n);
   hm_assert(s->heap == h && i > 0 && (size_t)i + n <= SLICES && !(s->used_slices & mask));
@@ -816,10 +884,21 @@ void segment_purge_reset_delay(heap_t *h) {
 /* ---- huge blocks -------------------------------------------------------- */
 
 /* A huge block sits at offset off of its own mapping, the header at the
- * mapping's start.  For alignments below SEG_SIZE the block stays inside the
- * first SEG_SIZE chunk, so the usual mask finds the header.  Bigger alignments
- * put the block exactly one chunk above the header (huge_offset), a case only
- * the slow paths (hm_lookup) need to know. */
+ * mapping's start: right after the header's pages (huge_header), at the
+ * alignment asked for, so that under an address-space limit (ulimit -v
+ * counts every page) a mapping costs its block and a few pages, as glibc's
+ * do.  Otherwise the mapping has HUGE_ROOM bytes besides the block, and the
+ * block starts at a random page among them (untouched address space): where
+ * huge blocks lie is then as random as where the others do (6 more bits),
+ * and the usable size is the mapping's size less the room, whatever the
+ * draw.  (Not in the hardened mode, whose guard page follows the block.)
+ * For alignments below SEG_SIZE the block stays inside the first SEG_SIZE
+ * chunk, so the usual mask finds the header.  Bigger alignments put the
+ * block exactly one chunk above the header (huge_offset), a case only the
+ * slow paths (hm_lookup) need to know.  What is purged of a huge mapping is
+ * all but its header. */
+static size_t huge_header(void) { return (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1); }
+#define HUGE_ROOM ((size_t)256 << 10)
 /* Freed huge blocks are kept for reuse (up to HUGE_CACHE_BYTES), their memory
  * resident for one purge delay, then purged; the oldest are unmapped first.
  * Without this, a program that repeatedly builds big buffers page-faults all
@@ -849,7 +928,7 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
       s->next = drop;
       drop = s;
     } else if (s->purge_ms && now >= s->purge_ms) {
-      os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
+      os_purge((uint8_t *)s + huge_header(), s->size - huge_header());
       s->purge_ms = 0;
       s->purged_ms = now;
       if (now != UINT64_MAX) decay_purged(&huge_decay);
@@ -931,32 +1010,33 @@ static void huge_cache_neighbours(segment_t *s, segment_t **before, segment_t **
 
 /* Span a (cached, or being freed) absorbs b, which follows it: one span,
  * purged only if both were (a purge pending on either stays pending); b's
- * header slice, now inside a's block area, is purged with them (a purged
- * span reads as zero: calloc counts on it). */
+ * header, now inside a's block area, is purged with them (a purged span
+ * reads as zero: calloc counts on it). */
 static void huge_merge(segment_t *a, segment_t *b) {
   hm_assert((uint8_t *)a + a->size == (uint8_t *)b);   /* adjacent */
   pthread_mutex_lock(&registry_lock);
   registry_remove(b);
   pthread_mutex_unlock(&registry_lock);
-  if (!a->purge_ms && !b->purge_ms) os_purge(b, SLICE_SIZE);
+  if (!a->purge_ms && !b->purge_ms) os_purge(b, huge_header());
   a->size += b->size;
   if (!a->purge_ms || (b->purge_ms && b->purge_ms > a->purge_ms)) a->purge_ms = b->purge_ms;
 }
 
 page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
-  (void)h;
-  size_t off = align > SLICE_SIZE ? align : SLICE_SIZE;
-  if (align >= SEG_SIZE) off = SEG_SIZE;
+  size_t a = align > OS_PAGE ? align : OS_PAGE;
+  size_t first = align >= SEG_SIZE ? SEG_SIZE : (huge_header() + a - 1) & ~(a - 1), room = first;
+  if (align < SEG_SIZE && first < HUGE_ROOM && !hm_secure && !os_space_limited()) room = HUGE_ROOM;
+  size_t off = first + heap_rand(h) % ((room - first) / a + 1) * a;
   size_t usable = (size + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
-  if (usable < size || usable > SIZE_MAX - off - align - OS_PAGE) return NULL;
-  size_t total = off + usable + secure_guard();
+  if (usable < size || usable > SIZE_MAX - room - align - OS_PAGE) return NULL;
+  size_t total = room + usable + secure_guard();
   segment_t *s;
   bool zero = true, fresh = true;
   if (align <= SLICE_SIZE && !hm_secure && (s = huge_cache_take(total)) != NULL) {
     zero = s->purge_ms == 0;           /* purged memory reads as zero */
     fresh = false;
     total = s->size;
-    usable = total - off;
+    usable = total - room;
   } else if (align < SEG_SIZE) {
     s = os_map_aligned(total, SEG_SIZE);
   } else {
@@ -969,6 +1049,16 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
     if (tail) os_unmap((uint8_t *)s + total, tail);
   }
   if (!s) return NULL;
+  if (!segmap_make(s)) {                     /* (a split span's may be new too) */
+    if (fresh) {
+      os_unmap(s, total);
+    } else {
+      pthread_mutex_lock(&huge_lock);
+      huge_cache_put(s);
+      pthread_mutex_unlock(&huge_lock);
+    }
+    return NULL;
+  }
   if (fresh && hm_options.hugepages) os_hugepage(s, total);
   secure_guard_set(s, total);
   segment_header_init(s, total, fresh);
@@ -988,7 +1078,7 @@ page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align) {
   page_set_area(pg, usable);
   pg->reserved = pg->capacity = 1;
   page_set_used(pg, 1);
-  for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
+  for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = pg;   /* (the block may start in slice 0) */
   hm_assert(((uintptr_t)s & SEG_MASK) == 0 && pg->start + usable <= (uint8_t *)s + s->size);
   hm_assert(align <= 1 || ((uintptr_t)pg->start & (align - 1)) == 0);
   stat_inc(STAT_HUGE);
@@ -1000,7 +1090,7 @@ void segment_huge_free(segment_t *s) {
   hm_assert(s->pages[1].cls == CLASS_HUGE && s->slice_page[1] == &s->pages[1] && (!s->heap || s->heap->user));
   /* claim the block: of two racing frees, the second is reported */
   uint8_t expect = SEGMAP_HUGE;
-  if (!atomic_compare_exchange_strong_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], &expect, 0,
+  if (!atomic_compare_exchange_strong_explicit(segmap_entry((uintptr_t)s >> SEG_SHIFT), &expect, 0,
                                                memory_order_acq_rel, memory_order_relaxed))
     hm_fatal("double free", s->pages[1].start, &s->pages[1]);
   if (s->heap) userheap_huge_remove(s);
@@ -1020,7 +1110,7 @@ void segment_huge_free(segment_t *s) {
   superseded &= decay_at_base(&huge_decay);
   pthread_mutex_unlock(&huge_lock);
   if (superseded) {
-    os_purge((uint8_t *)s + SLICE_SIZE, s->size - SLICE_SIZE);
+    os_purge((uint8_t *)s + huge_header(), s->size - huge_header());
     s->purged_ms = now;
   }
   s->purge_ms = superseded ? 0 : decay_due(&huge_decay, now);
@@ -1063,6 +1153,10 @@ void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
   } else if (!os_resize_in_place(s, s->size, total)) {
     void *dst = os_map_aligned(total, SEG_SIZE);
     if (!dst) return NULL;
+    if (!segmap_make(dst)) {
+      os_unmap(dst, total);
+      return NULL;
+    }
     pthread_mutex_lock(&registry_lock);
     segmap_set(s, 0);
     segment_t *ns = os_remap(s, s->size, total, dst);
@@ -1077,7 +1171,7 @@ void *segment_huge_resize(segment_t *s, page_t *pg, size_t n) {
     if (ns->all_next) ns->all_next->all_prev = ns;
     s = ns;
     pg = &s->pages[1];
-    for (size_t i = 1; i < SLICES; i++) s->slice_page[i] = pg;
+    for (size_t i = 0; i < SLICES; i++) s->slice_page[i] = pg;
     segmap_set(s, SEGMAP_HUGE);
     pthread_mutex_unlock(&registry_lock);
   }
@@ -1131,7 +1225,7 @@ void segment_census(census_t *c) {
   size_t header = (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
   pthread_mutex_lock(&registry_lock);
   for (segment_t *s = registry; s; s = s->all_next) {
-    uint8_t kind = atomic_load_explicit(&hm_segmap[(uintptr_t)s >> SEG_SHIFT], memory_order_relaxed);
+    uint8_t kind = segmap_kind(s);
     c->mapped += s->size;
     if (s->pages[1].cls == CLASS_HUGE) {                    /* a huge mapping */
       if (kind) {
@@ -1145,7 +1239,7 @@ void segment_census(census_t *c) {
       } else {
         c->cached += s->size;
         c->committed += s->purge_ms ? s->size : header;
-        c->purgeable += s->purge_ms ? s->size - SLICE_SIZE : 0;
+        c->purgeable += s->purge_ms ? s->size - huge_header() : 0;
       }
       continue;
     }
@@ -1317,8 +1411,10 @@ void segment_fork_prepare(void) {
   pthread_mutex_lock(&abandoned_lock);
   pthread_mutex_lock(&cache_lock);
   pthread_mutex_lock(&huge_lock);
+  pthread_mutex_lock(&map_lock);
 }
 void segment_fork_parent(void) {
+  pthread_mutex_unlock(&map_lock);
   pthread_mutex_unlock(&huge_lock);
   pthread_mutex_unlock(&cache_lock);
   pthread_mutex_unlock(&abandoned_lock);

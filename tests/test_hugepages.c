@@ -60,21 +60,23 @@ static size_t resident(const void *p, size_t n) {
   return in;
 }
 
-#define NB 120000                                  /* blocks of 64 B: about two segments */
+#define NB 180000                                  /* blocks of 64 B: about three segments */
 static char *nb[NB];
 
-/* Two segments full of 64-byte blocks; then every block of the first
- * one's slices 16-63 freed (the class's current page, which stays, is in
- * the second).  Once the decay has passed, the first segment's second 2 MiB
- * (no page in use) is purged, and the free slices of its first 2 MiB (pages
- * in use: slices 1-15) stay resident, its huge page whole. */
+/* Three segments full of 64-byte blocks; then every block of the second
+ * one's slices 16-63 freed (the second holds nothing else: the heap's
+ * earlier pages are in the first, which starts at a random slice, and the
+ * class's current page, which stays, is in the third).  Once the decay has
+ * passed, the second segment's upper 2 MiB (no page in use) is purged, and
+ * the free slices of its lower 2 MiB (pages in use: slices 1-15) stay
+ * resident, its huge page whole. */
 TEST(decay_purges_whole_huge_pages) {
   if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
   for (int i = 0; i < NB; i++) {
     nb[i] = hakmem_malloc(64);
     memset(nb[i], 1, 64);
   }
-  uintptr_t seg = (uintptr_t)nb[0] & ~(((uintptr_t)4 << 20) - 1);
+  uintptr_t seg = (uintptr_t)nb[NB / 2] & ~(((uintptr_t)4 << 20) - 1);
   for (int i = 0; i < NB; i++) {
     uintptr_t off = (uintptr_t)nb[i] - seg;
     if (off < ((uintptr_t)4 << 20) && off >= (uintptr_t)16 << 16) { hakmem_free(nb[i]); nb[i] = NULL; }

@@ -231,6 +231,12 @@ TEST(pages_return_to_segment) {
          (long long)pages_full, (long long)pages_after);
 }
 
+/* The segment map's entry for p: SEGMAP_NORMAL, SEGMAP_HUGE, or 0. */
+static uint8_t map_kind(const void *p) {
+  _Atomic(uint8_t) *e = segmap_entry((uintptr_t)p >> SEG_SHIFT);
+  return e ? atomic_load(e) : 0;
+}
+
 TEST(segment_map) {
   int local;
   CHECK(segment_checked(&local) == NULL);
@@ -239,8 +245,23 @@ TEST(segment_map) {
   CHECK(segment_checked((void *)((uintptr_t)1 << 60)) == NULL);
   void *p = hakmem_malloc(64);
   CHECK(segment_checked(p) == segment_of(p));
-  CHECK(hm_segmap[(uintptr_t)p >> SEG_SHIFT] == SEGMAP_NORMAL);
+  CHECK(map_kind(p) == SEGMAP_NORMAL);
+  CHECK(segment_near(p));                      /* in the window: free's fast path */
   hakmem_free(p);
+  /* Aligned to 8 MiB, a huge block is mapped anywhere (not at os.c's hint):
+   * out of the window when hinting is on (the window is around the hint
+   * region; without hinting, around the first segment), in a far chunk of
+   * the map, and the slow paths find it as they find the others. */
+  void *far = hakmem_aligned_alloc(8u << 20, 100);
+  CHECK(far != NULL);
+  if (!far) return;
+  segment_t *s = segment_checked((uint8_t *)far - SEG_SIZE);
+  CHECKF(s != NULL && map_kind(s) == SEGMAP_HUGE, "%p: header %p, kind %u", far, (void *)s,
+         map_kind((uint8_t *)far - SEG_SIZE));
+  CHECK(!os_hint_start() || !segment_near(s));
+  CHECK(hakmem_malloc_usable_size(far) >= 100);
+  hakmem_free(far);
+  CHECK(map_kind((uint8_t *)far - SEG_SIZE) == 0);
 }
 
 TEST(huge_blocks) {
@@ -249,10 +270,12 @@ TEST(huge_blocks) {
   CHECK(p != NULL);
   if (!p) return;
   segment_t *s = segment_checked(p);
-  CHECK(s != NULL && hm_segmap[(uintptr_t)s >> SEG_SHIFT] == SEGMAP_HUGE);
+  CHECK(s != NULL && map_kind(s) == SEGMAP_HUGE);
   page_t *pg = page_of(s, p);
   CHECK(pg->cls == CLASS_HUGE && pg->start == p && pg->block_size >= n);
-  CHECK(((uintptr_t)p & (SLICE_SIZE - 1)) == 0);
+  /* after its header's pages, at a random page of the 256 KiB around it (segment.c) */
+  size_t at = (size_t)((uint8_t *)p - (uint8_t *)s), header = (sizeof(segment_t) + OS_PAGE - 1) & ~(OS_PAGE - 1);
+  CHECKF(at % OS_PAGE == 0 && at >= header && at <= (256 << 10), "huge block at %zu bytes from its header", at);
   memset(p, 7, n);
   /* grow in place or by moving the mapping: contents survive */
   unsigned char *q = hakmem_realloc(p, 3 * n);
@@ -262,7 +285,7 @@ TEST(huge_blocks) {
   CHECK(segment_checked(q) != NULL);
   uintptr_t chunk = (uintptr_t)segment_of(q);
   hakmem_free(q);
-  CHECK(hm_segmap[chunk >> SEG_SHIFT] == 0);
+  CHECK(map_kind((void *)chunk) == 0);
 
   /* alignment beyond the segment size: header one chunk below the block */
   void *a = hakmem_aligned_alloc(8u << 20, 100);
@@ -281,7 +304,7 @@ TEST(blocks_up_to_a_segment_are_large) {
   void *p = hakmem_malloc(3u << 20);
   CHECK(p != NULL);
   if (!p) return;
-  CHECKF(class_at(p) == CLASS_LARGE && hm_segmap[(uintptr_t)p >> SEG_SHIFT] == SEGMAP_NORMAL,
+  CHECKF(class_at(p) == CLASS_LARGE && map_kind(p) == SEGMAP_NORMAL,
          "3 MiB: class %u (large %u)", class_at(p), CLASS_LARGE);
   hakmem_free(p);
   p = hakmem_malloc(LARGE_MAX);
