@@ -130,11 +130,14 @@ static void heap_delete(heap_t *h, heap_t *self) {
   hm_tls_heap = h;
   heap_enter(h);
   heap_drain(h);
-  segment_t *list = h->segments;
-  for (segment_t *s = list; s; s = s->next) s->heap = NULL;   /* (unlinked below, whole) */
-  h->segments = NULL;
-  memset(h->fit, 0, sizeof h->fit);
-  memset(h->fit_map, 0, sizeof h->fit_map);
+  segment_t *list = NULL;
+  while (h->segments) {                        /* off h's list and fit bins, onto ours */
+    segment_t *s = h->segments;
+    segment_unlink(h, s);
+    s->heap = NULL;
+    s->next = list;
+    list = s;
+  }
   huge_lock(h);
   for (segment_t *s = h->huge; s; s = s->next) s->heap = NULL;   /* plain huge blocks now */
   h->huge = NULL;
@@ -145,7 +148,6 @@ static void heap_delete(heap_t *h, heap_t *self) {
   heap_enter(self);
   for (segment_t *s = list, *next; s; s = next) {
     next = s->next;
-    s->fit_run[0] = s->fit_run[1] = 0;
     segment_give(self, s);
   }
   heap_leave(self);
