@@ -64,7 +64,7 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   segment_t *s;
   page_t *pg = lookup(p, &s, size ? "sized free" : "free");
   if (unlikely(hm_slow_mode)) slow_mode_free(p, pg);
-  if (pg->cls == CLASS_HUGE) { segment_huge_free(s); return; }
+  if (pg->cls == CLASS_HUGE) { huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
     hm_fatal("double free", p, pg);
   if (unlikely(hm_secure)) {                  /* quarantined: another block leaves instead */
@@ -287,7 +287,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
     if (resized) return p;
   }
   if (pg->cls == CLASS_HUGE && n > GROW_HUGE && s->huge_offset == 0) {
-    void *q = segment_huge_resize(s, pg, n);
+    void *q = huge_resize(s, pg, n);
     hm_assert(!q || page_of(segment_of(q), q)->block_size >= n);
     if (q && q != p && unlikely(hm_profiling)) profile_free(p, NULL);   /* moved: the sample ends (pg is unmapped) */
     if (q) return q;
@@ -349,8 +349,8 @@ int hm_malloc_trim(size_t pad) {
   int64_t before = atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed);
   if (h != &hm_heap_empty) trim_own(h);
   purge_idle_heaps(h);
-  bool unmapped = segment_cache_trim();
-  unmapped |= segment_huge_cache_purge(true, NULL);
+  bool unmapped = segcache_trim();
+  unmapped |= huge_cache_purge(true, NULL);
   return unmapped || atomic_load_explicit(&hm_stat[STAT_PURGED], memory_order_relaxed) != before;
 }
 

@@ -209,18 +209,17 @@ static void lock_raw(heap_t *h) {
       while (atomic_load_explicit(&h->other_in, memory_order_relaxed)) sched_yield();
     }
   }
-  while (atomic_exchange_explicit(&h->lock, 1, memory_order_acquire))
-    while (atomic_load_explicit(&h->lock, memory_order_relaxed)) sched_yield();
+  spin_lock(&h->lock);
   lock_hold(h);
 }
 static void unlock_raw(heap_t *h) {
   lock_drop(h);
   if (likely(lock_fenced)) atomic_store_explicit(&h->owner_in, 0, memory_order_release);
-  else atomic_store_explicit(&h->lock, 0, memory_order_release);
+  else spin_unlock(&h->lock);
 }
 bool heap_trylock(heap_t *h) {
   if (!lock_fenced) {
-    bool got = !atomic_exchange_explicit(&h->lock, 1, memory_order_acquire);
+    bool got = spin_trylock(&h->lock);
     if (got) lock_hold(h);
     return got;
   }
@@ -232,7 +231,7 @@ bool heap_trylock(heap_t *h) {
 void heap_unlock(heap_t *h) {
   lock_drop(h);
   if (lock_fenced) atomic_store_explicit(&h->other_in, 0, memory_order_release);
-  else atomic_store_explicit(&h->lock, 0, memory_order_release);
+  else spin_unlock(&h->lock);
 }
 
 void heap_enter(heap_t *h) {
@@ -472,7 +471,7 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
   /* big blocks other threads freed: their runs first (a thread that allocates
    * only big blocks would otherwise never take them back) */
   if (atomic_load_explicit(&h->delayed, memory_order_relaxed)) heap_collect_delayed(h);
-  segment_caches_tick(0);
+  segcache_tick(0);
   size_t slack = align > SLICE_SIZE ? align - SLICE_SIZE : 0;
   if (n <= (grow ? GROW_HUGE : LARGE_MAX) && slack <= LARGE_MAX) {
     size_t tail = hm_secure ? SECURE_TAIL : 0;       /* (secure mode: canaries, and a guard page) */
@@ -502,11 +501,11 @@ static void *heap_malloc_big(heap_t *h, size_t n, size_t align, bool grow) {
       return blk;
     }
   }
-  page_t *pg = segment_huge_alloc(h, n, align);
+  page_t *pg = huge_alloc(h, n, align);
   if (!pg) return enomem();
   hm_assert(pg->cls == CLASS_HUGE && pg->block_size >= n && pg == &segment_of(pg)->pages[1]);
   hm_assert(segment_of(pg)->huge_offset || segment_of(pg->start) == segment_of(pg));   /* free's lookup */
-  if (h->user) userheap_huge_add(h, segment_of(pg));
+  if (h->user) huge_list_add(h, segment_of(pg));
   return pg->start;
 }
 
@@ -521,7 +520,7 @@ void heap_tick(heap_t *h) {
   hm_assert(heap_held(h));
   hm_validate(h);
   h->ticks = HEAP_TICKS;
-  segment_caches_tick(0);
+  segcache_tick(0);
   bool cached = tcache_held(h);
   if (!cached && !h->next_purge_ms && !h->spare_check_ms) return;
   uint64_t coarse = os_coarse_ms();
@@ -821,7 +820,7 @@ static void heap_give_back(heap_t *h) {
     next = s->next;
     if (s->used_slices == 1) segment_release_empty(h, s);
   }
-  if (!purge_running()) segment_retired_unmap();
+  if (!purge_running()) segcache_retired_unmap();
 }
 
 /* Free every page of h that is empty (its caches, parked pages and the
@@ -859,7 +858,7 @@ static void heap_done(heap_t *h) {
     segment_t *s = h->segments;
     segment_unlink(h, s);
     hm_assert(s->heap == h && s->used_slices != 1);   /* (the empty ones left above) */
-    uint64_t due = segment_abandon(s);
+    uint64_t due = abandon_push(s);
     if (due && (!pending || due < pending)) pending = due;
   }
   if (pending) purge_arm(pending);
@@ -990,20 +989,36 @@ extern void _IO_list_unlock(void) __attribute__((weak));
 extern void _IO_list_resetlock(void) __attribute__((weak));
 static __thread bool fork_locked;      /* this thread's fork took the locks */
 
+/* The segment modules' locks (segcache.c takes segmap.c's inside its own). */
+static void segments_fork_prepare(void) {
+  registry_fork_prepare();
+  abandon_fork_prepare();
+  segcache_fork_prepare();
+  huge_fork_prepare();
+  segmap_fork_prepare();
+}
+static void segments_fork_parent(void) {
+  segmap_fork_parent();
+  huge_fork_parent();
+  segcache_fork_parent();
+  abandon_fork_parent();
+  registry_fork_parent();
+}
+
 static void fork_prepare(void) {
   if (!multi_threaded()) return;
   fork_locked = true;
   if (_IO_list_lock) _IO_list_lock();
   purge_fork_prepare();
   pthread_mutex_lock(&heaps_lock);
-  segment_fork_prepare();
+  segments_fork_prepare();
   profile_fork_prepare();
 }
 static void fork_parent(void) {
   if (!fork_locked) return;
   fork_locked = false;
   profile_fork_parent();
-  segment_fork_parent();
+  segments_fork_parent();
   pthread_mutex_unlock(&heaps_lock);
   purge_fork_parent();
   if (_IO_list_unlock) _IO_list_unlock();
@@ -1013,7 +1028,7 @@ static void fork_child(void) {
   profile_fork_child(fork_locked);
   if (fork_locked) {
     fork_locked = false;
-    segment_fork_child();
+    segments_fork_parent();         /* (the forking thread holds them) */
     pthread_mutex_unlock(&heaps_lock);
     if (_IO_list_resetlock) _IO_list_resetlock();
   }

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <sched.h>
 
 #define HM_EXPORT     __attribute__((visibility("default")))
 /* hakmem_name, the exported name of hm_name (defined in the same file) */
@@ -375,93 +376,9 @@ static inline uintptr_t block_next(const page_t *pg, uintptr_t b) {
 #define HM_ELEM(base, field, i) \
   ((__typeof__(&(base)->field[0]))((uintptr_t)(base) + offsetof(__typeof__(*(base)), field) + (i) * sizeof((base)->field[0])))
 
-/* ---- segments ------------------------------------------------------------ */
-typedef struct segment_s {
-  struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
-  bool huge_pages;               /* asked for transparent huge pages (HAKMEM_HUGEPAGES=2): kept
-                                    when cached, as the mapping keeps the advice */
-  /* (a line on: a segment's first line sits in the L1 set that every block at
-   * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
-   * and free's lookup here would lose it to them) */
-  _Alignas(64) page_t *slice_page[SLICES]; /* slice -> page descriptor (NULL when free) */
-  list_t *_Atomic slice_push[SLICES]; /* slice of a class page -> where its owner's free
-                                    pushes (page_set_local): the page, or the owner's
-                                    thread cache of the class.  Beside slice_page, so that
-                                    free knows the push's address as early as the page's
-                                    (from the page descriptor, a second load waits for
-                                    the cold descriptor's two lines in turn) */
-  uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
-  uint64_t dirty_slices;         /* free slices that may still be resident */
-  uint64_t aged_slices;          /* dirty slices already free at the last purge check */
-  unsigned checked_used;         /* slices in use at the last purge check */
-  uint64_t purge_ms;             /* next purge check, 0 = none pending */
-  uint64_t purged_slices;        /* free slices purged at purged_ms, not reused since */
-  uint64_t purged_ms;
-  uint64_t guard_slices;         /* secure mode: slices whose last OS page is a guard */
-  struct heap_s *heap;           /* owner heap, NULL when abandoned or cached */
-  struct segment_s *next, *prev; /* heap's list / abandoned list / cache */
-  size_t size;                   /* mapping size */
-  size_t huge_offset;            /* huge segments: header sits this far below the block's chunk */
-  uint64_t huge_serial;          /* huge segments: huge blocks handed out before this one, + 1 */
-  _Atomic int abandoned;
-  uint32_t pages_used;
-  uint64_t pages_map;            /* bit d: pages[d] describes a page */
-  uint8_t origin;                /* where its pages go first (segment.c): a random slice */
-  uint8_t fit_run[2];            /* its heap's index (segment.c): longest free run, longest
-                                    free and resident run; 0: in no bin */
-  struct segment_s *fit_next[2], *fit_prev[2];
-  page_t pages[SLICES];          /* page descriptors, lowest free one first: a segment of
-                                    few pages touches one OS page of header (huge: pages[1]) */
-} segment_t;
-
-_Static_assert(sizeof(segment_t) <= SLICE_SIZE, "segment header must fit in slice 0");
-
-/* The segment map says which SEG_SIZE chunks of address space are segments
- * of ours, and of which kind.  A process's segments lie together (os.c
- * hints them into one run of address space, and ordinary mmaps fill the top
- * of the address space downwards), so the map free's fast path reads is a
- * window of SEGMAP_SIZE segments (1 TiB) centred on the first segment mapped
- * (hm_segmap_lo: its first segment, a segment number, set once before any
- * segment is published); a segment outside it goes into the far map, chunks
- * of the same size mapped as they are needed, which the slow paths read
- * (segment.c).  The window is in .bss: valid before any initialisation
- * (free(NULL) may come first), 256 KiB of address space, and its untouched
- * pages cost no memory. */
-/* (hidden: free reads hm_segmap_lo in its subtraction, not through the GOT) */
-extern _Atomic uint64_t hm_segmap_lo __attribute__((visibility("hidden")));
-extern _Atomic(uint8_t) hm_segmap[SEGMAP_SIZE];
-#define SEGMAP_NORMAL 1
-#define SEGMAP_HUGE   2
-_Atomic(uint8_t) *segmap_far(uintptr_t i);        /* segment i's far entry, or NULL (segment.c) */
-/* The map's entry of segment number i (p >> SEG_SHIFT), NULL if none. */
-static inline _Atomic(uint8_t) *segmap_entry(uintptr_t i) {
-  uintptr_t w = i - racy_word(&hm_segmap_lo);
-  return w < SEGMAP_SIZE ? &hm_segmap[w] : segmap_far(i);
-}
-
-/* The slice bitmap bits of slices [i, i+n) of a segment. */
-static inline uint64_t slice_run(size_t i, size_t n) { return (n >= 64 ? ~0ull : (1ull << n) - 1) << i; }
-static inline segment_t *segment_of(const void *p) {
-  return (segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
-}
-/* The first byte of pg's run of slices. */
-static inline uint8_t *page_run(const page_t *pg) { return (uint8_t *)segment_of(pg) + (size_t)pg->slice * SLICE_SIZE; }
-/* Each page of segment s in turn (pg may be given back inside the loop). */
-#define for_each_page(s, pg) \
-  for (uint64_t m_ = (s)->pages_map; m_ && ((pg) = &(s)->pages[__builtin_ctzll(m_)], 1); m_ &= m_ - 1)
-/* Is p in one of our segments of the map's window (free's fast path; the
- * others take the slow path)?  Safe for any pointer value. */
-static inline bool segment_near(const void *p) {
-  uintptr_t w = ((uintptr_t)p >> SEG_SHIFT) - racy_word(&hm_segmap_lo);
-  return w < SEGMAP_SIZE && racy_byte(&hm_segmap[w]);
-}
-/* Is p in one of our segments?  Safe for any pointer value. */
-static inline bool segment_known(const void *p) {
-  _Atomic(uint8_t) *e = segmap_entry((uintptr_t)p >> SEG_SHIFT);
-  return e && atomic_load_explicit(e, memory_order_relaxed);
-}
-/* Our segment header for p, or NULL.  Safe for any pointer value. */
-static inline segment_t *segment_checked(const void *p) { return segment_known(p) ? segment_of(p) : NULL; }
+/* ---- segments (segment.h) ------------------------------------------------ */
+typedef struct heap_s heap_t;                   /* (heaps below) */
+#include "segment.h"
 
 /* ---- heaps --------------------------------------------------------------- */
 typedef struct pageq_s { page_t *first, *last; } pageq_t;
@@ -559,8 +476,8 @@ typedef struct heap_s {
   struct heap_s *maker;          /* user: the own heap of the thread that made it */
   struct heap_s *users;          /* a thread's heap: the user heaps its thread made; a user
                                     heap: the next of them */
-  segment_t *huge;               /* user: the segments of its huge blocks (huge_lock) */
-  _Atomic uint8_t huge_lock;
+  segment_t *huge;               /* user: the segments of its huge blocks (huge.c, huge_lock) */
+  _Atomic uint32_t huge_lock;
   /* kept when a struct is recycled: */
   _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
@@ -588,6 +505,16 @@ typedef struct heap_s {
   /* its buffers for other heaps' blocks, touched as they are first used */
   _Alignas(64) rbuf_t rb[RB_MAX];
 } heap_t;
+
+/* A spin lock that yields the processor while it waits: the heap lock where
+ * membarrier is missing (heap.c), a first-class heap's list of huge blocks
+ * (huge.c). */
+static inline void spin_lock(_Atomic uint32_t *l) {
+  while (atomic_exchange_explicit(l, 1, memory_order_acquire))
+    while (atomic_load_explicit(l, memory_order_relaxed)) sched_yield();
+}
+static inline bool spin_trylock(_Atomic uint32_t *l) { return !atomic_exchange_explicit(l, 1, memory_order_acquire); }
+static inline void spin_unlock(_Atomic uint32_t *l) { atomic_store_explicit(l, 0, memory_order_release); }
 
 /* h's generator (xorshift64). */
 static inline uint64_t heap_rand(heap_t *h) {
@@ -636,7 +563,6 @@ static inline void page_set_owner(page_t *pg, heap_t *h) {
 extern __thread heap_t *hm_tls_heap;      /* initial-exec; &hm_heap_empty until first use */
 extern heap_t hm_heap_empty;
 extern page_t hm_page_empty;
-extern page_t hm_page_invalid;
 
 /* ---- module interfaces ---------------------------------------------------- */
 /* os.c: the only place that talks to the kernel about memory */
@@ -657,33 +583,6 @@ uintptr_t os_hint_start(void);                    /* where aligned mappings go f
 bool  os_membarrier_init(void);                   /* can os_membarrier be used */
 bool  os_membarrier(void);                        /* a full fence on every running thread of the process */
 
-/* segment.c */
-page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls, bool tight);
-void    segment_page_free(page_t *pg);
-bool    segment_large_resize(page_t *pg, size_t slices);
-page_t *segment_huge_alloc(heap_t *h, size_t size, size_t align);
-void    segment_huge_free(segment_t *s);
-void   *segment_huge_resize(segment_t *s, page_t *pg, size_t n);   /* NULL: could not, block intact */
-bool    segment_huge_cache_purge(bool force, uint64_t *next);
-void    segment_caches_tick(uint64_t now);             /* purge the caches' due entries, if any (two loads if none) */
-enum purge_mode { PURGE_BUSY, PURGE_IDLE, PURGE_FORCE };   /* the owner's slow path; a quiet or exiting heap; every free slice now */
-bool    segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch);
-void    segment_purge_reset_delay(heap_t *h);
-uint64_t segment_abandon(segment_t *s);
-void    segment_release_empty(heap_t *h, segment_t *s);
-void    segment_unlink(heap_t *h, segment_t *s);
-bool    segment_try_reclaim(heap_t *h, segment_t *s);
-void    segment_give(heap_t *to, segment_t *s);        /* s, on no list, joins heap to (to locked) */
-void    segment_destroy(heap_t *h, segment_t *s);      /* every page of s freed, s released */
-segment_t *segment_reclaim_any(heap_t *h);
-bool    segment_cache_trim(void);
-void    segment_retired_unmap(void);
-uint64_t segment_cache_decay(void);                /* next deadline, 0 = none */
-uint64_t segment_tidy_abandoned(bool force, size_t *left);  /* next deadline, 0 = none */
-void    segment_fork_prepare(void), segment_fork_parent(void), segment_fork_child(void);
-static inline page_t *page_of(segment_t *s, const void *p) {
-  return s->slice_page[((uintptr_t)p - (uintptr_t)s) >> SLICE_SHIFT];
-}
 
 /* page.c */
 void  page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls);
@@ -744,8 +643,6 @@ void    heap_gone(heap_t *h);                      /* (h locked) holds nothing: 
 void    heap_recycle(heap_t *h);                   /* a heap given back: its struct for the next */
 
 /* userheap.c: first-class heaps */
-void    userheap_huge_add(heap_t *h, segment_t *s);
-void    userheap_huge_remove(segment_t *s);          /* a huge segment's block freed */
 void    userheap_thread_done(heap_t *self);          /* the user heaps of an exiting thread */
 bool    heap_adopt_page(heap_t *h, page_t *pg);
 void    heap_free_local(heap_t *h, page_t *pg, block_t *b);

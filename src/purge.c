@@ -154,11 +154,11 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
   }
   next = min_due(next, heap_parked_tidy(now));
   size_t abandoned;                          /* (their late remote frees reach nobody) */
-  next = min_due(next, segment_tidy_abandoned(false, &abandoned));
+  next = min_due(next, abandon_tidy(false, &abandoned));
   watching |= abandoned > 0;
-  next = min_due(next, segment_cache_decay());
+  next = min_due(next, segcache_decay());
   uint64_t huge;
-  segment_huge_cache_purge(false, &huge);
+  huge_cache_purge(false, &huge);
   next = min_due(next, huge);
   pthread_mutex_unlock(&pass_lock);
   if (trimmed) *poll = poll_base();
@@ -351,7 +351,7 @@ void purge_idle_heaps(heap_t *except) {
     heap_unlock(h);
   }
   size_t left;
-  segment_tidy_abandoned(true, &left);
+  abandon_tidy(true, &left);
   pthread_mutex_unlock(&pass_lock);
   /* Nothing is left for the purger to watch: with one thread left it goes
    * now, not after its last look (a program may want to be single-threaded

@@ -46,6 +46,20 @@ static int64_t cget(_Atomic int64_t *v) { return atomic_load_explicit(v, memory_
 
 /* ---- the report ------------------------------------------------------------ */
 
+/* The census of every segment (registry.c), less the blocks waiting in
+ * thread caches: free, though used on their pages. */
+static void census(census_t *c) {
+  registry_census(c);
+  uint64_t cached[CLASSES] = { 0 };
+  tcache_census(cached);
+  for (size_t k = TC_MIN; k < TC_MIN + TC_CLASSES; k++) {
+    uint64_t n = cached[k] < c->cls[k].used ? cached[k] : c->cls[k].used;
+    c->cls[k].used -= n;
+    c->in_use -= n * class_size(k);
+    c->thread_cached += n * class_size(k);
+  }
+}
+
 /* The text of a /proc file, NUL-terminated, without allocating; false if
  * unreadable. */
 static bool read_proc(const char *path, char *buf, size_t cap) {
@@ -87,7 +101,7 @@ static const char *kind_name(unsigned c, char *buf, size_t n) {
 
 static void stats_write(int fd) {
   census_t c;
-  segment_census(&c);
+  census(&c);
   int64_t mallocs = 0, frees = 0;
   uint64_t pages = 0;
   for (unsigned k = 0; k < CLASSES + 2; k++) {
@@ -162,7 +176,7 @@ __attribute__((destructor)) static void stats_at_exit(void) {
 
 void hm_stats_get(hakmem_stats_t *st) {
   census_t c;
-  segment_census(&c);
+  census(&c);
   memset(st, 0, sizeof *st);
   st->in_use = c.in_use;
   st->committed = c.committed;
@@ -193,7 +207,7 @@ void hm_stats_get(hakmem_stats_t *st) {
 int hm_stats_class(unsigned k, hakmem_class_stats_t *out) {
   if (k >= CLASSES + 2) return -1;
   census_t c;
-  segment_census(&c);
+  census(&c);
   memset(out, 0, sizeof *out);
   out->block_size = kind_size(k);
   out->pages = c.cls[k].pages;
@@ -211,7 +225,7 @@ void hm_stats_print(int fd) { stats_print(fd); }
  * regions its huge blocks; keepcost is what malloc_trim could return now. */
 struct mallinfo2 hm_mallinfo2(void) {
   census_t c;
-  segment_census(&c);
+  census(&c);
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
   uint64_t free_blocks = 0;
@@ -260,7 +274,7 @@ void hm_malloc_stats(void) { stats_print(STDERR_FILENO); }
 int hm_malloc_info(int options, FILE *fp) {
   if (options != 0 || !fp) return EINVAL;      /* (glibc's way: the error number, errno untouched) */
   census_t c;
-  segment_census(&c);
+  census(&c);
   uint64_t free_blocks = 0, free_bytes = 0;
   fprintf(fp, "<malloc version=\"1\">\n<heap nr=\"0\">\n<sizes>\n");
   for (unsigned k = 0; k < CLASSES; k++) {

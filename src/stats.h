@@ -66,7 +66,7 @@ static inline void slow_mode_free(void *p, page_t *pg) {
   if (hm_profiling) profile_free(p, pg);
 }
 
-/* A walk over every segment (segment.c): blocks per class and memory. */
+/* A walk over every segment (registry.c): blocks per class and memory. */
 typedef struct census_s {
   struct { uint64_t pages, used, capacity; } cls[CLASSES + 2];  /* classes, large, huge */
   uint64_t mapped, committed, cached, in_use, segments;
@@ -74,7 +74,7 @@ typedef struct census_s {
   uint64_t purgeable;                 /* resident but free: what malloc_trim returns */
   uint64_t thread_cached;             /* free blocks in thread caches */
 } census_t;
-void segment_census(census_t *c);
+void registry_census(census_t *c);           /* (blocks in thread caches count as used) */
 
 #include <malloc.h>
 #include <stdio.h>

@@ -10,12 +10,12 @@
  * the page's thread_free list at once (remote_free sends none into a buffer,
  * nor secure mode into a quarantine, where a block could outlive its heap's
  * destruction); the heap collects them as it allocates.  Its huge blocks,
- * which no segment of its holds, are listed (h->huge) for destroy to find. */
+ * which no segment of its holds, are listed (h->huge, huge.c) for destroy to
+ * find. */
 #include "hot.h"
 #include "profile.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 
 /* h's maker, the only thread that may allocate from it or end it (an ended
@@ -84,37 +84,6 @@ void *hm_heap_realloc(heap_t *h, void *p, size_t n) {
   return q;
 }
 
-/* ---- huge blocks ------------------------------------------------------------- */
-
-static void huge_lock(heap_t *h) {
-  while (atomic_exchange_explicit(&h->huge_lock, 1, memory_order_acquire))
-    while (atomic_load_explicit(&h->huge_lock, memory_order_relaxed)) sched_yield();
-}
-static void huge_unlock(heap_t *h) { atomic_store_explicit(&h->huge_lock, 0, memory_order_release); }
-
-/* s, the segment of a huge block h just handed out, joins h's list. */
-void userheap_huge_add(heap_t *h, segment_t *s) {
-  huge_lock(h);
-  s->heap = h;
-  s->prev = NULL;
-  s->next = h->huge;
-  if (h->huge) h->huge->prev = s;
-  h->huge = s;
-  huge_unlock(h);
-}
-
-/* s's huge block is being freed (any thread; the free has claimed it). */
-void userheap_huge_remove(segment_t *s) {
-  heap_t *h = s->heap;
-  huge_lock(h);
-  if (s->prev) s->prev->next = s->next;
-  else h->huge = s->next;
-  if (s->next) s->next->prev = s->prev;
-  s->heap = NULL;
-  s->next = s->prev = NULL;
-  huge_unlock(h);
-}
-
 /* ---- the end of a heap --------------------------------------------------------- */
 
 static void unlist(heap_t *h) {
@@ -138,10 +107,7 @@ static void heap_delete(heap_t *h, heap_t *self) {
     s->next = list;
     list = s;
   }
-  huge_lock(h);
-  for (segment_t *s = h->huge; s; s = s->next) s->heap = NULL;   /* plain huge blocks now */
-  h->huge = NULL;
-  huge_unlock(h);
+  huge_list_drop(h);                           /* plain huge blocks now */
   heap_gone(h);
   heap_leave(h);
   hm_tls_heap = self;
@@ -162,15 +128,7 @@ static void heap_destroy(heap_t *h) {
   atomic_store_explicit(&h->delayed, 0, memory_order_relaxed);
   heap_gone(h);
   heap_leave(h);
-  huge_lock(h);
-  segment_t *huge = h->huge;
-  h->huge = NULL;
-  huge_unlock(h);
-  for (segment_t *s = huge, *next; s; s = next) {
-    next = s->next;
-    s->heap = NULL;
-    segment_huge_free(s);
-  }
+  huge_list_free(h);
 }
 
 /* h is no one's any more: a late call with it is reported (check_maker). */

@@ -210,7 +210,7 @@ TEST(descriptors_packed) {
  * pages meanwhile.) */
 static int64_t pages_in_use(size_t c) {
   census_t cs;
-  segment_census(&cs);
+  registry_census(&cs);
   return (int64_t)cs.cls[c].pages;
 }
 
