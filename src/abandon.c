@@ -1,5 +1,5 @@
 /* abandon.c — the segments of exited threads.  A thread's heap released for
- * good (heap.c) abandons its segments that still hold live blocks: their pages
+ * good (thread.c) abandons its segments that still hold live blocks: their pages
  * have no owner, and the next thread that frees into one, or needs memory,
  * reclaims it (segment.c adopts it into that thread's heap).  Meanwhile the
  * purger collects the frees that reach them and purges their free slices
@@ -117,6 +117,6 @@ uint64_t abandon_tidy(bool force, size_t *left) {
   return next;
 }
 
-/* fork: the lock is held across it (heap.c's fork handlers). */
+/* fork: the lock is held across it (thread.c's fork handlers). */
 void abandon_fork_prepare(void) { pthread_mutex_lock(&abandoned_lock); }
 void abandon_fork_parent(void) { pthread_mutex_unlock(&abandoned_lock); }

@@ -1,5 +1,5 @@
 /* alloc.c — the public allocation API (the hakmem_* names; override.c gives
- * them their standard names) and the slow path of free. */
+ * them their standard names).  free's slow path is free.c's. */
 #include "hot.h"
 #include "options.h"
 #include "stats.h"
@@ -8,38 +8,36 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- pointer validation (slow paths only) --------------------------------- */
+/* ---- malloc's class tables (internal.h, class_of) ---------------------------- */
 
-/* Find the segment and page of block p, or report what is wrong and abort.
- * 'op' names the call for the message ("free", "realloc", ...). */
-static page_t *lookup(const void *p, segment_t **sp, const char *op) {
-  char what[160];
-  segment_t *s = segment_checked(p);
-  if (!s) {
-    /* A huge block aligned to SEG_SIZE or more has its header one chunk below. */
-    if (((uintptr_t)p & SEG_MASK) == 0 && (uintptr_t)p >= SEG_SIZE) {
-      segment_t *h = segment_checked((const uint8_t *)p - SEG_SIZE);
-      if (h && h->huge_offset && h->pages[1].start == p) { *sp = h; return &h->pages[1]; }
-    }
-    snprintf(what, sizeof what, "%s of a pointer hakmem did not allocate (or already released)", op);
-    hm_fatal(what, p, NULL);
-  }
-  page_t *pg = page_of(s, p);
-  uintptr_t off = (uintptr_t)p - (uintptr_t)pg->start;
-  if (pg->slices == 0 || off >= page_area(pg)) {
-    snprintf(what, sizeof what, "%s of a pointer that is not an allocated block (already freed, or never allocated)", op);
-    hm_fatal(what, p, pg->slices ? pg : NULL);
-  }
-  if (off * pg->magic >= pg->magic) {
-    snprintf(what, sizeof what, "%s of a pointer into the middle of a block", op);
-    hm_fatal(what, p, pg);
-  }
-  /* a block start: of a carved block, on the page's grid */
-  hm_assert(pg->cls <= CLASS_HUGE && off % pg->block_size == 0 && s->slice_page[pg->slice] == pg);
-  hm_assert(pg->cls == CLASS_HUGE ? pg == &s->pages[1] : pg >= s->pages && pg < &s->pages[SLICES]);
-  *sp = s;
-  return pg;
-}
+/* size_class of every multiple of 16 up to SMALL_MAX and of 512 up to
+ * MEDIUM_MAX, worked out by the compiler (the same formula as size_class). */
+#define SC(n)    ((n) <= 128 ? ((n) <= 16 ? 0 : ((n) - 1) >> 4) \
+                  : 8 + (63 - __builtin_clzl((n) - 1) - 7) * 4 + ((((n) - 1) >> (63 - __builtin_clzl((n) - 1) - 2)) & 3) \
+                    + ((n) > SIZE_4K5))
+#define C1(i)    (uint8_t)SC((size_t)(i) * 16)   /* (the cast: clang checks both arms of ?: against uint8_t) */
+#define C4(i)    C1(i), C1((i) + 1), C1((i) + 2), C1((i) + 3)
+#define C16(i)   C4(i), C4((i) + 4), C4((i) + 8), C4((i) + 12)
+#define C128(i)  C16(i), C16((i) + 16), C16((i) + 32), C16((i) + 48), C16((i) + 64), C16((i) + 80), C16((i) + 96), C16((i) + 112)
+const uint8_t hm_class_small[SMALL_MAX / 16 + 1] = { C128(0), C16(128), C16(144), C16(160), C16(176), C16(192), C16(208), C1(224) };
+_Static_assert(SMALL_MAX / 16 + 1 == 225, "the initializer covers 225 sizes");
+#define B1(i)    (uint8_t)SC((size_t)(i) * 512)
+#define B4(i)    B1(i), B1((i) + 1), B1((i) + 2), B1((i) + 3)
+#define B16(i)   B4(i), B4((i) + 4), B4((i) + 8), B4((i) + 12)
+#define B128(i)  B16(i), B16((i) + 16), B16((i) + 32), B16((i) + 48), B16((i) + 64), B16((i) + 80), B16((i) + 96), B16((i) + 112)
+const uint8_t hm_class_big[MEDIUM_MAX / 512 + 1] = { B128(0), B128(128), B128(256), B128(384), B1(512) };
+_Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
+#undef SC
+#undef C1
+#undef C4
+#undef C16
+#undef C128
+#undef B1
+#undef B4
+#undef B16
+#undef B128
+
+/* ---- pointer validation (slow paths only) --------------------------------- */
 
 /* Has block p of pg been freed?  The owner confirms on its free lists and its
  * thread cache (locked: the purger may be emptying them); any other thread
@@ -52,65 +50,10 @@ static bool already_freed(page_t *pg, const void *p) {
   heap_t *h = hm_tls_heap;
   if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h) return true;
   heap_enter(h);
-  bool freed = page_block_free(h, pg, p);
+  bool freed = heap_block_free(h, pg, p);
   heap_leave(h);
   hm_assert(!heap_held(h));
   return freed;
-}
-
-/* free, or a sized free of size (else 0), past its fast path. */
-HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
-  if (!p) return;
-  segment_t *s;
-  page_t *pg = lookup(p, &s, size ? "sized free" : "free");
-  if (unlikely(hm_slow_mode)) slow_mode_free(p, pg);
-  if (pg->cls == CLASS_HUGE) { huge_free(s); return; }
-  if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
-    hm_fatal("double free", p, pg);
-  if (unlikely(hm_secure)) {                  /* quarantined: another block leaves instead */
-    if (!(p = secure_free(pg, p, size))) return;
-    s = segment_of(p);
-    pg = page_of(s, p);
-  }
-  hm_free_release(s, pg, p, to_cache);
-}
-HM_COLD void hm_free_slow(void *p, bool to_cache) { hm_free_slow_sized(p, 0, to_cache); }
-
-/* Release block p of page pg: to the owner's free list if that is this
- * thread, else to the page's remote list (adopting the segment if its owner
- * exited). */
-void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
-  heap_t *h = hm_tls_heap;
-  hm_assert(segment_of(p) == s && page_of(s, p) == pg && pg->cls != CLASS_HUGE && !heap_held(h));
-  heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
-  if (owner == h) {
-    heap_enter(h);
-    /* (stats mode: what free's fast path would have cached) */
-    bool cached = hm_slow_mode && to_cache && class_cached(pg->cls) && !block_looks_free(pg, p) &&
-                  tcache_put(h, pg, (block_t *)p);
-    if (!cached) heap_free_local(h, pg, (block_t *)p);
-    hm_assert(!cached || class_cached(pg->cls));
-    heap_leave(h);
-    return;
-  }
-  if (owner == NULL) {
-    /* The owner thread exited.  Adopt its segment so the block (and the rest
-     * of the segment) is reused or returned instead of stranded. */
-    if (h == &hm_heap_empty) h = heap_get();
-    if (h) {
-      heap_enter(h);
-      bool adopted = segment_try_reclaim(h, s);
-      hm_assert(!adopted || (s->heap == h && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h));
-      if (adopted) heap_free_local(h, pg, (block_t *)p);
-      heap_leave(h);
-      if (adopted) return;
-    }
-  }
-  /* (the owner's fast path checks its own frees; a remote one is checked here) */
-  if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
-  if (unlikely(hm_counting)) stat_os(STAT_REMOTE_SENT);
-  page_free_remote(pg, (block_t *)p);
-  if (owner && unlikely(heap_idle(owner))) heap_wake_idle(owner);
 }
 
 /* ---- the API -------------------------------------------------------------- */
@@ -126,15 +69,6 @@ void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
   hm_free_sized_fast(p, size);
 }
 
-/* A sized free whose size is more than the blocks of the page free's fast
- * path found: the exact lookup decides (a huge block's header is elsewhere). */
-HM_COLD void hm_free_sized_slow(void *p, size_t size) {
-  segment_t *s;
-  page_t *pg = lookup(p, &s, "sized free");
-  if (size > pg->block_size) hm_fatal("sized free or delete with a size larger than the block", p, pg);
-  hm_free_slow_sized(p, size, true);
-}
-
 /* The page of p if p is a block start in one of hakmem's segments (free's
  * first checks, reporting nothing), else NULL: what the calls made on every
  * malloc or free of some programs need before lookup(), which reports. */
@@ -144,12 +78,21 @@ HM_INLINE page_t *block_page(const void *p) {
   return hm_block_start(pg, (uintptr_t)p - (uintptr_t)pg->start) ? pg : NULL;
 }
 
+/* The usable size of p, a block of pg (hm_lookup); one that was freed is
+ * reported ("op of a freed block"). */
+size_t hm_block_usable(page_t *pg, const void *p, const char *op) {
+  if (pg->cls != CLASS_HUGE && already_freed(pg, p)) {
+    char what[160];
+    snprintf(what, sizeof what, "%s of a freed block", op);
+    hm_fatal(what, p, pg);
+  }
+  return hm_secure ? secure_usable(pg, p) : pg->block_size;
+}
+
 static HM_NOINLINE size_t usable_slow(const void *p) {
   if (!p) return 0;
   segment_t *s;
-  page_t *pg = lookup(p, &s, "malloc_usable_size");
-  if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("malloc_usable_size of a freed block", p, pg);
-  return hm_secure ? secure_usable(pg, p) : pg->block_size;
+  return hm_block_usable(hm_lookup(p, &s, "malloc_usable_size"), p, "malloc_usable_size");
 }
 
 /* redis and sqlite3 call this on every malloc and free (their memory
@@ -266,9 +209,8 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   if (!p) return hm_malloc_fast(n);
   if (n == 0) { hm_free_fast(p); return NULL; }   /* glibc frees and returns NULL */
   segment_t *s;
-  page_t *pg = lookup(p, &s, "realloc");
-  if (pg->cls != CLASS_HUGE && already_freed(pg, p)) hm_fatal("realloc of a freed block", p, pg);
-  size_t usable = hm_secure ? secure_usable(pg, p) : pg->block_size;
+  page_t *pg = hm_lookup(p, &s, "realloc");
+  size_t usable = hm_block_usable(pg, p, "realloc");
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
   if (hm_secure && pg->cls != CLASS_HUGE) {               /* (its canaries move with the size) */
     size_t bs = pg->block_size;
@@ -299,7 +241,7 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
   void *q = NULL;
   if (n > usable && n > TABLE_MAX && n - usable < usable / 2 && usable / 2 <= ALLOC_MAX - usable) {
     size_t room = usable + usable / 2;
-    q = room > MEDIUM_MAX ? heap_malloc_grow(hm_tls_heap, room) : hm_malloc_fast(room);
+    q = room > MEDIUM_MAX ? large_malloc_grow(hm_tls_heap, room) : hm_malloc_fast(room);
   }
   if (!q && !(q = hm_malloc_fast(n))) return NULL;
   hm_assert(q != p);
@@ -329,7 +271,7 @@ void *hm_reallocarray(void *p, size_t n, size_t size) {
  * slices of its segments, purged whatever their delay. */
 static void trim_own(heap_t *h) {
   hm_assert(!heap_held(h));
-  if (hm_secure) secure_flush(h);
+  if (hm_secure) hm_free_quarantine(h);
   remote_collect(h);
   remote_flush(h);
   heap_enter(h);

@@ -23,7 +23,7 @@
  * No locks, no atomic read-modify-write, no per-block header.
  * Anything unusual (first use by a thread, empty list, bigger sizes, another
  * thread's block, a page parked as full, a suspicious pointer) goes to the
- * slow paths in heap.c and alloc.c. */
+ * slow paths in heap.c and free.c. */
 #ifndef HAKMEM_HOT_H
 #define HAKMEM_HOT_H
 #include "internal.h"

@@ -348,6 +348,6 @@ void huge_list_free(heap_t *h) {
   }
 }
 
-/* fork: the lock is held across it (heap.c's fork handlers). */
+/* fork: the lock is held across it (thread.c's fork handlers). */
 void huge_fork_prepare(void) { pthread_mutex_lock(&huge_lock); }
 void huge_fork_parent(void) { pthread_mutex_unlock(&huge_lock); }

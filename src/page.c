@@ -77,7 +77,7 @@ bool page_extend(page_t *pg) {
  * list is walked, every link checked, and spliced in front. */
 void page_collect(page_t *pg) {
   uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_relaxed);
-  /* the owner's (locked), or an abandoned page's (abandoned_lock, segment.c) */
+  /* the owner's (locked), or an abandoned page's (abandoned_lock, abandon.c) */
   hm_assert(!atomic_load_explicit(&pg->heap, memory_order_relaxed) ||
             heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));
   hm_assert(pg->cls < CLASSES || pg->cls == CLASS_LARGE);
@@ -128,29 +128,6 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
     if (q == b) return true;
   }
   return false;
-}
-
-/* (h, pg's owner, locked) Is b, a block of pg that looks free, free: on
- * pg's lists or in h's thread cache?  (A block in h's inbox does not look
- * free: its sender leaves it as it was.) */
-bool page_block_free(heap_t *h, page_t *pg, const void *b) {
-  hm_assert(heap_held(h) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
-  return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b);
-}
-
-/* The owner frees a block on a page that is parked or looks double-freed. */
-void page_free_local_slow(page_t *pg, block_t *b) {
-  heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  hm_assert(heap_held(h) && pg->cls < CLASSES);
-  hm_assert((uintptr_t)b - (uintptr_t)pg->start < page_area(pg) &&
-            ((uintptr_t)b - (uintptr_t)pg->start) % pg->block_size == 0);
-  if (block_looks_free(pg, b) && page_block_free(h, pg, b)) hm_fatal("double free", b, pg);
-  hm_assert(page_used(pg) > 0 && page_used(pg) <= pg->capacity);   /* b was in use */
-  block_set_free(pg, b, pg->free);
-  pg->free = (uintptr_t)b;
-  if (pg->flags & PAGE_FULL) page_unpark(h, pg);
-  page_set_used(pg, page_used(pg) - 1);
-  if (page_used(pg) == 0) heap_page_retire_locked(h, pg);
 }
 
 /* Is every block of pg that was handed out now on its thread_free list (but

@@ -344,7 +344,7 @@ void purge_idle_heaps(heap_t *except) {
     if (h == except || !heap_trylock(h)) continue;
     hm_assert(heap_held(h));
     if (h->live) {
-      if (hm_secure) secure_flush_held(h);     /* (its blocks go back as remote frees) */
+      if (hm_secure) hm_free_quarantine_held(h);     /* (its blocks go back as remote frees) */
       heap_trim_idle(h);
       segment_purge_due(h, PURGE_FORCE, NULL);
     }

@@ -134,6 +134,6 @@ void registry_census(census_t *c) {
   pthread_mutex_unlock(&registry_lock);
 }
 
-/* fork: the lock is held across it (heap.c's fork handlers). */
+/* fork: the lock is held across it (thread.c's fork handlers). */
 void registry_fork_prepare(void) { pthread_mutex_lock(&registry_lock); }
 void registry_fork_parent(void) { pthread_mutex_unlock(&registry_lock); }

@@ -335,7 +335,7 @@ typedef struct quarantine_s {
 } quarantine_t;
 
 /* The oldest block of h's quarantine, taken out, or NULL; h's lock held. */
-static void *quarantine_take(heap_t *h) {
+void *secure_quarantine_take(heap_t *h) {
   quarantine_t *q = h->quarantine;
   hm_assert(heap_held(h));
   if (!q || !q->count) return NULL;
@@ -349,7 +349,7 @@ static void *quarantine_take(heap_t *h) {
 }
 
 /* A block leaving the quarantine: accessible again (a large one), checked. */
-static void *unquarantine(void *p) {
+void *secure_unquarantine(void *p) {
   page_t *pg = page_of(segment_of(p), p);
   if (pg->cls == CLASS_LARGE) os_protect(p, pg->block_size, true);
   check_fill(pg, p, 0);
@@ -389,38 +389,14 @@ void *secure_free(page_t *pg, void *p, size_t size) {
   }
   if (!q) {
     if (h) heap_leave(h);
-    return unquarantine(p);
+    return secure_unquarantine(p);
   }
-  void *out = q->count == QUARANTINE_BLOCKS || q->bytes > QUARANTINE_BYTES ? quarantine_take(h) : NULL;
+  void *out = q->count == QUARANTINE_BLOCKS || q->bytes > QUARANTINE_BYTES ? secure_quarantine_take(h) : NULL;
   q->slot[(q->head + q->count) % QUARANTINE_BLOCKS] = p;
   q->count++;
   q->bytes += pg->block_size;
   heap_leave(h);
-  return out ? unquarantine(out) : NULL;
-}
-
-/* A block leaving the quarantine: checked, then released. */
-static void release(void *p) {
-  page_t *pg = page_of(segment_of(p), p);
-  hm_free_release(segment_of(p), pg, unquarantine(p), false);
-}
-
-/* Release every block of h's quarantine: its owner (thread exit,
- * malloc_trim), taking h's lock for each block it takes out, since another
- * thread's malloc_trim may be emptying the same quarantine. */
-void secure_flush(heap_t *h) {
-  for (;;) {
-    heap_enter(h);
-    void *p = quarantine_take(h);
-    heap_leave(h);
-    if (!p) return;
-    release(p);
-  }
-}
-
-/* The same for another thread's malloc_trim, which holds h's lock. */
-void secure_flush_held(heap_t *h) {
-  for (void *p; (p = quarantine_take(h));) release(p);
+  return out ? secure_unquarantine(out) : NULL;
 }
 
 /* ---- guard pages ------------------------------------------------------------------ */

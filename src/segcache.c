@@ -383,6 +383,6 @@ void segcache_tick(uint64_t now) {
   if (segs && due >= segs && !purge_running()) cache_decay_now(now ? now : os_now_ms(), false);
 }
 
-/* fork: the lock is held across it (heap.c's fork handlers). */
+/* fork: the lock is held across it (thread.c's fork handlers). */
 void segcache_fork_prepare(void) { pthread_mutex_lock(&cache_lock); }
 void segcache_fork_parent(void) { pthread_mutex_unlock(&cache_lock); }

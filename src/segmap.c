@@ -57,6 +57,6 @@ uint8_t segmap_kind(const segment_t *s) {     /* (a split span's may have none) 
   return e ? atomic_load_explicit(e, memory_order_relaxed) : 0;
 }
 
-/* fork: the lock is held across it (heap.c's fork handlers). */
+/* fork: the lock is held across it (thread.c's fork handlers). */
 void segmap_fork_prepare(void) { pthread_mutex_lock(&map_lock); }
 void segmap_fork_parent(void) { pthread_mutex_unlock(&map_lock); }

@@ -126,7 +126,7 @@ static inline page_t *page_of(segment_t *s, const void *p) {
   return s->slice_page[((uintptr_t)p - (uintptr_t)s) >> SLICE_SHIFT];
 }
 
-/* The fork handlers (heap.c) hold every lock of these modules across fork. */
+/* The fork handlers (thread.c) hold every lock of these modules across fork. */
 
 /* segmap.c: the segment map */
 _Atomic(uint8_t) *segmap_make(segment_t *s);     /* s's entry, made if it has none; NULL if it cannot be */

@@ -146,7 +146,7 @@ static bool make_room(heap_t *h, size_t i) {
 static void release_local(page_t *pg, block_t *b) {
   hm_assert(class_cached(pg->cls) && heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));
   b->word = 0;
-  page_free_local_slow(pg, b);
+  heap_free_slow(pg, b);
 }
 
 /* (stats mode, locked) What free's fast path would do. */

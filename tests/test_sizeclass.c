@@ -313,10 +313,10 @@ TEST(blocks_up_to_a_segment_are_large) {
   p = hakmem_malloc(LARGE_MAX + 1);
   CHECK(p != NULL && class_at(p) == CLASS_HUGE);
   hakmem_free(p);
-  p = heap_malloc_grow(hm_tls_heap, GROW_HUGE);
+  p = large_malloc_grow(hm_tls_heap, GROW_HUGE);
   CHECK(p != NULL && class_at(p) == CLASS_LARGE);
   hakmem_free(p);
-  p = heap_malloc_grow(hm_tls_heap, GROW_HUGE + 1);
+  p = large_malloc_grow(hm_tls_heap, GROW_HUGE + 1);
   CHECKF(p != NULL && class_at(p) == CLASS_HUGE, "a moving buffer of 2 MiB + 1: class %u (huge %u)", class_at(p),
          CLASS_HUGE);
   hakmem_free(p);
