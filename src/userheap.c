@@ -72,9 +72,9 @@ void *hm_heap_realloc(heap_t *h, void *p, size_t n) {
   check_maker(h, "hakmem_heap_realloc" MISUSE);
   if (!p) return heap_malloc(h, n);
   if (n == 0) { hm_free(p); return NULL; }           /* as realloc */
-  size_t usable = hm_malloc_usable_size(p);         /* (reports a pointer not ours, or freed) */
-  segment_t *s = segment_of(p);
-  page_t *pg = page_of(s, p);
+  segment_t *s;                                     /* (a pointer not ours, or freed, is reported) */
+  page_t *pg = hm_lookup(p, &s, "hakmem_heap_realloc");
+  size_t usable = hm_block_usable(pg, p, "hakmem_heap_realloc");
   bool ours = atomic_load_explicit(&pg->heap, memory_order_relaxed) == h || (pg->cls == CLASS_HUGE && s->heap == h);
   if (ours && n <= usable && n >= usable / 2 && !hm_secure) return p;   /* (secure: moved, its canaries too) */
   void *q = heap_malloc(h, n);

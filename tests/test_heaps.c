@@ -74,6 +74,25 @@ TEST(calloc_aligned_realloc) {
   CHECKF(in_use() <= base + 4096, "in_use %zu after destroy, %zu before", in_use(), base);
 }
 
+/* A huge block aligned to a segment or more has its header a segment below
+ * it: hakmem_heap_realloc finds it there, as free does, and moves the block
+ * with its bytes. */
+TEST(realloc_of_a_segment_aligned_block) {
+  hakmem_heap_t *h = hakmem_heap_new();
+  size_t align = (size_t)4 << 20, n = (size_t)5 << 20;
+  unsigned char *p = hakmem_heap_aligned_alloc(h, align, n);
+  CHECKF(p && (uintptr_t)p % align == 0, "%p", (void *)p);
+  memset(p, 0xab, n);
+  unsigned char *q = hakmem_heap_realloc(h, p, 2 * n);
+  CHECK(q != NULL);
+  bool kept = true;
+  for (size_t i = 0; q && i < n; i += 4096) kept &= q[i] == 0xab;
+  CHECK(kept);
+  q = hakmem_heap_realloc(h, q, n / 2);                       /* fits: stays */
+  CHECK(q && q[0] == 0xab);
+  hakmem_heap_destroy(h);
+}
+
 /* ---- destroy and delete -------------------------------------------------------- */
 
 #define MANY 100000
