@@ -53,7 +53,7 @@ static void ref_init(void) {
 
 /* README: size classes (to 256 KiB) round up by at most 25 %.  Bigger blocks
  * are slice runs or mappings; a cached mapping up to 50 % larger may be
- * reused (segment.c), so allow that much there. */
+ * reused (huge.c), so allow that much there. */
 static size_t max_waste(size_t n) {
   if (n <= 128) return 15;
   if (n <= ((size_t)256 << 10)) return n / 4 + 16;

@@ -41,7 +41,7 @@ static void expect_assertion(void (*fn)(void), const char *where, const char *wh
 
 TEST(lock_assertion_reports_and_aborts) {
   if (!HM_DEBUG_ON) { SKIP(RELEASE_SKIP); return; }
-  expect_assertion(collect_unlocked, "heap_held(h) (src/heap.c:", "heap_collect_all without the heap lock");
+  expect_assertion(collect_unlocked, "heap_held(h) (src/thread.c:", "heap_collect_all without the heap lock");
 }
 
 TEST(validation_walk_finds_a_wrong_page_count) {

@@ -153,7 +153,7 @@ TEST(interleaved_sizes) {
 }
 
 /* Blocks of 256 KiB-1 MiB are runs of slices in dozens of segments, found
- * through the heap's index of free runs (segment.c).  Replacing a block by
+ * through the heap's index of free runs (slices.c).  Replacing a block by
  * one no bigger always fits in the run just freed: no new segment is mapped,
  * whichever run the index picks; and no block may overlap another. */
 TEST(big_blocks_reuse_freed_runs) {

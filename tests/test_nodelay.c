@@ -1,6 +1,6 @@
 /* HAKMEM_PURGE_DELAY_MS=0: free memory goes back to the OS at once, until
  * the program is seen reusing memory right after its purge; then the delay
- * grows, as it does from the default (segment.c, purge_delay_adapt).  The
+ * grows, as it does from the default (decay.c).  The
  * window that tells "right after" was two delays, empty at 0, so the delay
  * never grew and every freed big block was purged and faulted in again.
  *

@@ -1,7 +1,7 @@
 /* A multi-threaded program without the purger thread (HAKMEM_BACKGROUND=0):
  * segments emptied beyond the segment cache wait on the retired list, as
  * they do for the purger, and the threads' own slow paths unmap them once
- * their delay has passed (segment.c).  Unmapping them at once made threads
+ * their delay has passed (segcache.c).  Unmapping them at once made threads
  * that pass big blocks to each other map and fault in every segment again.
  *
  *  - a burst of 20 emptied segments unmaps nothing, and the next burst

@@ -1,4 +1,4 @@
-/* Segments emptied beyond the segment cache (segment.c): they are retired,
+/* Segments emptied beyond the segment cache (segcache.c): they are retired,
  * each waits one delay, still mapped, and the purger then unmaps those whose
  * delay has passed; a thread that needs a segment takes a waiting one back
  * before it maps fresh address space.
