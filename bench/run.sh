@@ -359,7 +359,9 @@ callgrind)
           FNR == NR { if (match($0, /mallocs=[0-9]+/)) m = substr($0, RSTART + 8, RLENGTH - 8); next }
           /PROGRAM TOTALS/ { gsub(",", "", $1); total = $1 }
           $0 ~ /:main( |$)/ { gsub(",", "", $1); self += $1 }
-          END { print b, v, it, m, total, self }' "$TMP/cg.res" "$TMP/cg.txt" >>"$TMP/cg.lines"
+          END { if (m == "") { print b ": counts no mallocs (only malloc+free benchmarks apply)" >"/dev/stderr"; exit 1 }
+                print b, v, it, m, total, self }' "$TMP/cg.res" "$TMP/cg.txt" >>"$TMP/cg.lines" 2>>"$TMP/last.err" ||
+          { failed "$b (callgrind)" "$v"; continue 2; }
       done
       cat "$TMP/cg.lines" >>"$stem-callgrind.raw"
     done

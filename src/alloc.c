@@ -69,11 +69,12 @@ void hm_free_aligned_sized(void *p, size_t alignment, size_t size) {
   hm_free_sized_fast(p, size);
 }
 
-/* The page of p if p is a block start in one of hakmem's segments (free's
- * first checks, reporting nothing), else NULL: what the calls made on every
- * malloc or free of some programs need before lookup(), which reports. */
+/* The page of p if p is a block start in one of hakmem's segments of the
+ * map's window (free's first checks, reporting nothing), else NULL: what the
+ * calls made on every malloc or free of some programs need before hm_lookup(),
+ * which reports and finds the far segments' blocks too. */
 HM_INLINE page_t *block_page(const void *p) {
-  if (!segment_known(p)) return NULL;
+  if (!segment_near(p)) return NULL;
   page_t *pg = page_of(segment_of(p), p);
   return hm_block_start(pg, (uintptr_t)p - (uintptr_t)pg->start) ? pg : NULL;
 }
@@ -193,23 +194,23 @@ void *hm_pvalloc(size_t n) {
 }
 
 /* realloc's most common call, a buffer grown in small steps that still fits
- * its block: free's checks, inline, and no lookup() (a large share of such a
- * program's time).  A block that looks free, a huge one and the hardened
- * mode take the full path. */
-HM_INLINE bool realloc_fits(void *p, size_t n) {
-  page_t *pg = hm_secure ? NULL : block_page(p);
-  if (!pg) return false;
+ * its block: free's checks, inline, and no hm_lookup() (a large share of such a
+ * program's time).  pg is block_page(p): a block that looks free, a huge one
+ * and the hardened mode (no pg) take the full path. */
+HM_INLINE bool realloc_fits(const page_t *pg, void *p, size_t n) {
   size_t usable = pg->block_size;     /* (at least 16 on a real page: n is not 0) */
   if (n > usable || n < usable / 2) return false;
   if (pg->cls < CLASSES) return !block_looks_free(pg, p);
   return pg->cls == CLASS_LARGE && !atomic_load_explicit(&pg->freed, memory_order_relaxed);
 }
 
-static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
-  if (!p) return hm_malloc_fast(n);
+/* pg: block_page(p), or NULL to look p up (and report what is wrong). */
+static HM_NOINLINE void *realloc_slow(void *p, size_t n, page_t *pg) {
+  hm_assert(p != NULL);
   if (n == 0) { hm_free_fast(p); return NULL; }   /* glibc frees and returns NULL */
-  segment_t *s;
-  page_t *pg = hm_lookup(p, &s, "realloc");
+  segment_t *s = segment_of(p);
+  if (!pg) pg = hm_lookup(p, &s, "realloc");
+  hm_assert(pg == page_of(s, p) || pg->cls == CLASS_HUGE);
   size_t usable = hm_block_usable(pg, p, "realloc");
   if (n > ALLOC_MAX) { errno = ENOMEM; return NULL; }
   if (hm_secure && pg->cls != CLASS_HUGE) {               /* (its canaries move with the size) */
@@ -256,8 +257,10 @@ static HM_NOINLINE void *realloc_slow(void *p, size_t n) {
 }
 
 void *hm_realloc(void *p, size_t n) {
-  if (likely(realloc_fits(p, n))) return p;
-  return realloc_slow(p, n);
+  if (!p) return hm_malloc_fast(n);           /* (how some programs, Lua's for one, allocate) */
+  page_t *pg = hm_secure ? NULL : block_page(p);
+  if (likely(pg != NULL) && likely(realloc_fits(pg, p, n))) return p;
+  return realloc_slow(p, n, pg);
 }
 
 void *hm_reallocarray(void *p, size_t n, size_t size) {

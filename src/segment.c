@@ -91,18 +91,21 @@ static uint64_t runs_of(uint64_t used, size_t n) {
 }
 
 /* The run of n free slices a page gets: the first at or above its
- * segment's origin, else the first from slice 1.  A heap's first segment
- * has a random origin, a multiple of the length of the page it was taken
- * for (from slice 1): where a heap's first blocks lie within it is random
- * too (6 bits for pages of one slice), and pages of one length pack it as
- * tightly as from slice 1 on.  Its later segments start at slice 1 (an
- * origin in each split the runs that buffers grown by realloc move into:
- * realloc_growth peaked 7 % higher), as does a segment taken for a buffer
- * realloc moves to grow (first-fit from slice 1: the slices after it stay
- * free for it to grow into). */
-static int find_run_from(uint64_t used, size_t n, unsigned origin) {
+ * segment's origin, else the first from slice 1; with vacated, the first
+ * such run holding none of its slices if there is one.  A heap's first
+ * segment has a random origin, a multiple of the length of the page it was
+ * taken for (from slice 1): where a heap's first blocks lie within it is
+ * random too (6 bits for pages of one slice), and pages of one length pack
+ * it as tightly as from slice 1 on.  Its later segments start at slice 1
+ * (an origin in each would split the runs that buffers grown by realloc
+ * move into), as does a segment taken for a buffer realloc moves to grow
+ * (first-fit from slice 1: the slices after it stay free for it to grow
+ * into). */
+static int find_run_from(uint64_t used, uint64_t vacated, size_t n, unsigned origin) {
   hm_assert(n > 0 && origin >= 1 && origin < SLICES);
-  uint64_t r = runs_of(used, n), above = r & ~slice_run(0, origin);
+  uint64_t r = vacated ? runs_of(used | vacated, n) : 0;
+  if (!r) r = runs_of(used, n);
+  uint64_t above = r & ~slice_run(0, origin);
   return above ? __builtin_ctzll(above) : r ? __builtin_ctzll(r) : -1;
 }
 
@@ -126,12 +129,19 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   if (fit) {
     if (tight) s = fit;
     else for (s = h->segments; s->fit_run[k] < n; s = s->next) {}   /* (one is there: the bins hold h's) */
-    i = find_run_from(k ? s->used_slices | ~s->dirty_slices : s->used_slices, n, grows ? 1 : s->origin);
+    /* A page of a size class leaves out the slices where freed large
+     * blocks started while other resident ones fit (vacated_slices): such a
+     * pointer, freed again, then still points at no block and is reported,
+     * rather than freeing the first block of a page made there since.  (A
+     * large block may start there: skipping the slice would split the free
+     * run; another allocator would hand out the same address too.) */
+    i = find_run_from(k ? s->used_slices | ~s->dirty_slices : s->used_slices,
+                      k && cls != CLASS_LARGE ? s->vacated_slices : 0, n, grows ? 1 : s->origin);
   }
   if (!s) {
     /* Reclaim a dead thread's segment before mapping a new one. */
     while ((s = segment_reclaim_any(h)) != NULL)
-      if ((i = find_run_from(s->used_slices, n, grows ? 1 : s->origin)) >= 0) break;
+      if ((i = find_run_from(s->used_slices, 0, n, grows ? 1 : s->origin)) >= 0) break;
   }
   if (!s) {
     bool first = !h->segments;
@@ -157,6 +167,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   s->used_slices |= mask;
   s->dirty_slices &= ~mask;
   s->aged_slices &= ~mask;
+  s->vacated_slices &= ~mask;
   s->pages_used++;
   hm_assert(s->pages_used == (uint32_t)__builtin_popcountll(s->pages_map));
   slices_index(s);
@@ -221,6 +232,7 @@ bool segment_large_resize(page_t *pg, size_t slices) {
     s->used_slices |= more;
     s->dirty_slices &= ~more;
     s->aged_slices &= ~more;
+    s->vacated_slices &= ~more;
     slices_index(s);
   }
   pg->slices = (uint8_t)slices;

@@ -24,6 +24,8 @@ typedef struct segment_s {
   uint64_t used_slices;          /* bit i: slice i belongs to a page (bit 0: header) */
   uint64_t dirty_slices;         /* free slices that may still be resident */
   uint64_t aged_slices;          /* dirty slices already free at the last purge check */
+  uint64_t vacated_slices;       /* free slices where a large block started: pages of the
+                                    size classes take them last (segment_page_alloc) */
   unsigned checked_used;         /* slices in use at the last purge check */
   uint64_t purge_ms;             /* next purge check, 0 = none pending */
   uint64_t purged_slices;        /* free slices purged at purged_ms, not reused since */

@@ -69,6 +69,7 @@ void slices_index(segment_t *s) {
   heap_t *h = s->heap;
   if (!h) return;
   hm_assert((s->used_slices & 1) && !(s->dirty_slices & s->used_slices) && !(s->aged_slices & ~s->dirty_slices));
+  hm_assert(!(s->vacated_slices & s->used_slices));
   uint64_t free = ~s->used_slices, resident = free & s->dirty_slices;
   unsigned r[2] = { longest_run(free), 0 };
   r[1] = resident == free ? r[0] : longest_run(resident);   /* (mostly one or the other) */
@@ -115,6 +116,7 @@ void slices_free(segment_t *s, page_t *pg) {
   page_set_owner(pg, NULL);
   s->used_slices &= ~mask;
   s->dirty_slices |= mask;
+  if (pg->cls == CLASS_LARGE) s->vacated_slices |= 1ull << i;
   s->pages_used--;
   slices_index(s);
 }

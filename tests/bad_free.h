@@ -134,6 +134,23 @@ static void realloc_large_freed(size_t n) {
 }
 static void c_realloc_large_freed(void) { realloc_large_freed(2 << 20); }
 static void c_realloc_large_freed_fits(void) { realloc_large_freed(3 << 18); }
+/* A large block freed, its memory then used for other blocks before the
+ * second free or the realloc: by small blocks made at once, or by a
+ * thread's start (the new thread frees it or reallocs it). */
+static void *small_blocks(void) {
+  void *q[8];
+  for (int i = 0; i < 8; i++) q[i] = hakmem_malloc(16 << i);
+  return q[0];
+}
+static void c_large_freed_then_small(void) {
+  void *p = hakmem_malloc(1 << 20);
+  hakmem_free(p);
+  (void)small_blocks();
+  target(p);
+  hakmem_free(p);
+}
+static void c_large_freed_new_thread(void) { void *p = hakmem_malloc(1 << 20); hakmem_free(p); target(p); in_thread(thread_free, p); }
+static void c_large_freed_realloc_new_thread(void) { void *p = hakmem_malloc(1 << 20); hakmem_free(p); target(p); in_thread(thread_realloc, p); }
 /* 4-256 KiB blocks wait in the thread cache after free: a is second there */
 static void double_cached(size_t n) {
   void *a = hakmem_malloc(n), *b = hakmem_malloc(n);
@@ -159,6 +176,7 @@ static const struct bad_case {
   const char *name, *expect;
   void (*run)(void);
   int check_pointer;                            /* the message shows the target pointer */
+  int fresh;                                    /* run in a process exec'd for it, not a fork */
 } bad_cases[] = {
   {"double free (100 B)", "double free", c_double_small, 1},
   {"double free (20 KB)", "double free", c_double_medium, 1},
@@ -197,6 +215,9 @@ static const struct bad_case {
   {"double free: another thread twice (512 KiB)", "double free", c_large_buffered_remote_twice, 1},
   {"realloc by another thread after free (100 B)", "realloc of a freed block", c_realloc_remote_freed, 1},
   {"realloc after another thread freed (1 MiB)", "realloc of a freed block", c_realloc_large_freed, 1},
+  {"double free after small blocks were made (1 MiB)", "not an allocated block|double free", c_large_freed_then_small, 1, 1},
+  {"double free by a thread made after the free (1 MiB)", "not an allocated block|double free", c_large_freed_new_thread, 1, 1},
+  {"realloc by a thread made after the free (1 MiB)", "not an allocated block|realloc of a freed block", c_large_freed_realloc_new_thread, 1, 1},
   {"corrupted free-list link", "corrupted free list|double free", c_corrupt_link, 0},
 };
 
@@ -217,12 +238,35 @@ static int names_error(const char *msg, const char *expect) {
 /* Run one case in a child: its stderr's first line, the target it reported,
  * and how it ended. */
 
+/* A fresh case's process: argv "--bad-case", its index, the target's fd.
+ * The heap a fork inherits from the cases before would decide where its
+ * blocks go; a fresh process's heap is the one a program starts with. */
+static const struct bad_case *bad_current;
+static char bad_self[4096];                     /* (readlink: valgrind names the program, not itself) */
+__attribute__((constructor)) static void bad_case_fresh(int argc, char **argv) {
+  ssize_t k = readlink("/proc/self/exe", bad_self, sizeof bad_self - 1);
+  bad_self[k > 0 ? k : 0] = 0;
+  if (argc != 4 || strcmp(argv[1], "--bad-case")) return;
+  target_fd = atoi(argv[3]);
+  bad_cases[atoi(argv[2])].run();
+  _exit(0);
+}
+static void bad_case_exec(void) {
+  char idx[16], fd[16];
+  snprintf(idx, sizeof idx, "%d", (int)(bad_current - bad_cases));
+  snprintf(fd, sizeof fd, "%d", target_fd);
+  char *argv[] = {"bad_case", "--bad-case", idx, fd, NULL};
+  execv(bad_self, argv);
+  _exit(4);
+}
+
 static void run_bad_case(const struct bad_case *c) {
   int tgt[2];
   if (pipe(tgt)) { CHECK(0); return; }
   target_fd = tgt[1];                      /* the child reports its target here */
+  bad_current = c;
   char msg[2048], want[64];
-  int st = run_in_child(c->run, msg, sizeof msg);
+  int st = run_in_child(c->fresh ? bad_case_exec : c->run, msg, sizeof msg);
   close(tgt[1]);
   ssize_t k = read(tgt[0], want, sizeof want - 1);
   want[k > 0 ? k : 0] = 0;
