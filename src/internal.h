@@ -376,8 +376,7 @@ static inline uintptr_t block_next(const page_t *pg, uintptr_t b) {
 #define HM_ELEM(base, field, i) \
   ((__typeof__(&(base)->field[0]))((uintptr_t)(base) + offsetof(__typeof__(*(base)), field) + (i) * sizeof((base)->field[0])))
 
-/* ---- segments and heaps (segment.h, heap.h) ---------------------------------- */
-/* decay.c: how long free memory stays before it goes back to the OS */
+/* ---- decay.c: how long free memory stays before it goes back to the OS --- */
 #define PURGE_DELAY_MAX_MS 1000
 typedef struct decay_s {
   uint64_t delay_ms;             /* 0 until first used: then at least HAKMEM_PURGE_DELAY_MS */
@@ -389,11 +388,12 @@ void     decay_purged(decay_t *d);                 /* memory went, and no reuse 
 void     decay_reset(decay_t *d);                  /* back to HAKMEM_PURGE_DELAY_MS */
 bool     decay_at_base(decay_t *d);
 
+/* ---- segments and heaps: their structures and modules -------------------- */
 typedef struct heap_s heap_t;
 #include "segment.h"
 #include "heap.h"
 
-/* ---- module interfaces ---------------------------------------------------- */
+/* ---- the other modules' interfaces --------------------------------------- */
 /* os.c: the only place that talks to the kernel about memory */
 size_t os_page_size(void);
 void *os_map(size_t size);                        /* zeroed, NULL on failure */

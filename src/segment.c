@@ -56,18 +56,6 @@ static segment_t *segment_new(heap_t *h) {
   return s;
 }
 
-/* The slices of s that its decay leaves resident whatever their age: in a
- * segment in huge pages, each 2 MiB half that holds a page in use (the first
- * always: the header).  A purge inside a huge page splits it, and khugepaged
- * would fault the rest of it back in to make it whole again. */
-static uint64_t huge_page_kept(const segment_t *s) {
-  if (!s->huge_pages) return 0;
-  uint64_t low = (1ull << (SLICES / 2)) - 1, kept = 0;
-  if (s->used_slices & low) kept |= low;
-  if (s->used_slices & ~low) kept |= ~low;
-  return kept;
-}
-
 void segment_unlink(heap_t *h, segment_t *s) {
   hm_assert(heap_held(h) && s->heap == h);
   slices_unindex(h, s);
@@ -80,6 +68,8 @@ void segment_release_empty(heap_t *h, segment_t *s) {
   segment_unlink(h, s);
   segcache_put(s);
 }
+
+/* ---- runs of slices for pages and large blocks --------------------------- */
 
 /* The runs of n free slices in a segment: bit j is set when slices
  * j..j+n-1 are all free. */
@@ -243,6 +233,20 @@ bool segment_large_resize(page_t *pg, size_t slices) {
   return true;
 }
 
+/* ---- the decay of free slices -------------------------------------------- */
+
+/* The slices of s that its decay leaves resident whatever their age: in a
+ * segment in huge pages, each 2 MiB half that holds a page in use (the first
+ * always: the header).  A purge inside a huge page splits it, and khugepaged
+ * would fault the rest of it back in to make it whole again. */
+static uint64_t huge_page_kept(const segment_t *s) {
+  if (!s->huge_pages) return 0;
+  uint64_t low = (1ull << (SLICES / 2)) - 1, kept = 0;
+  if (s->used_slices & low) kept |= low;
+  if (s->used_slices & ~low) kept |= ~low;
+  return kept;
+}
+
 /* A heap whose thread is busy (the check runs on its own slow path) keeps
  * aged slices resident, whole runs, up to half the slices it uses, at most
  * BUSY_KEEP_MAX (1 MiB): a program cycling through a few pages' worth of
@@ -317,7 +321,7 @@ void segment_purge_reset_delay(heap_t *h) {
   if (h->next_purge_ms > by) h->next_purge_ms = by;
 }
 
-/* ---- reclaiming abandoned segments ---------------------------------------- */
+/* ---- reclaiming abandoned segments --------------------------------------- */
 
 /* Make s part of heap h: every page gets h as owner, collects its remote
  * frees, and goes to h's queues, or back to the segment when empty. */
