@@ -485,7 +485,8 @@ typedef struct rbuf_s {
  * whose number (rb_slot, given out in turn) falls there: a thread freeing
  * blocks of a few heaps in turn fills a buffer for each. */
 #define RB_SLOTS 8
-#define RB_MAX   64                  /* buffers a heap has (32 KiB, with the heap) */
+#define RB_MAX   64                  /* buffers in the heap struct (32 KiB); more are made from
+                                        the heap's own blocks while all of these are out */
 
 /* A thread cache: a list_t like a page's, so that malloc and free pop and
  * push either alike (hot.h), whose count is the room left: a push that fills
@@ -556,6 +557,7 @@ typedef struct heap_s {
   uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
+  bool rb_growing;               /* making a buffer (remote.c: its malloc may free) */
   /* first-class heaps (userheap.c): */
   bool user;                     /* a heap a program made (hakmem_heap_new), no thread's own */
   struct heap_s *maker;          /* user: the own heap of the thread that made it */
