@@ -134,6 +134,8 @@ static size_t validate_queue(heap_t *h, size_t c, uint32_t *spare) {
   if (tcache_fast(c)) hm_assert(direct == (h->tc_parked ? &hm_page_empty.list : &h->tc[c - TC_MIN].l));
   else if (hm_slow_mode) hm_assert(direct == &hm_page_empty.list);
   else hm_assert(direct == (q->first ? &q->first->list : &hm_page_empty.list));
+  if (hm_malloc_miss == profile_malloc)      /* (the profiler pops there) */
+    hm_assert(atomic_load_explicit(&h->current[c], memory_order_relaxed) == (q->first ? &q->first->list : &hm_page_empty.list));
   return n;
 }
 
