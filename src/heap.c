@@ -52,7 +52,7 @@ _Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
 heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list },
-                         .current = { [0 ... CLASSES - 1] = &hm_page_empty.list } };
+                         .current = { [0 ... CLASSES] = &hm_page_empty.list } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -777,10 +777,8 @@ heap_t *heap_made(void) {
   if (!h) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
   memset(h, 0, HEAP_RESET_SIZE);
-  for (size_t c = 0; c < CLASSES; c++) {
-    set_current(h, c, &hm_page_empty);
-    atomic_store_explicit(&h->current[c], &hm_page_empty.list, memory_order_relaxed);
-  }
+  for (size_t c = 0; c < CLASSES; c++) set_current(h, c, &hm_page_empty);
+  for (size_t c = 0; c <= CLASSES; c++) atomic_store_explicit(&h->current[c], &hm_page_empty.list, memory_order_relaxed);
   h->rand = os_random() | 1;
   static _Atomic unsigned heaps_made;
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);

@@ -264,20 +264,20 @@ static void warm_up(void) {
 static pthread_once_t warm_once = PTHREAD_ONCE_INIT;
 
 /* The allocation p of n bytes took this thread past its sample point (or
- * is its first).  Not sampled while the thread samples, dumps or holds the
- * lock (a signal handler's allocation then): the next point is drawn from
- * there, as the process is memoryless, so the other allocations' odds stay
- * as they were. */
-static HM_NOINLINE void sample_due(void *p, size_t n) {
+ * is its first): p, sampled.  Not sampled while the thread samples, dumps
+ * or holds the lock (a signal handler's allocation then): the next point is
+ * drawn from there, as the process is memoryless, so the other allocations'
+ * odds stay as they were. */
+static HM_NOINLINE void *sample_due(void *p, size_t n) {
   if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
     profile_dump_pending();
   if (!rng) {                               /* the thread's first: draw its first point */
     rng = (hash_ptr((uintptr_t)&until) ^ os_random()) | 1;
     until += draw();
-    if (until > 0) return;
+    if (until > 0) return p;
   }
   until = draw();
-  if (hm_prof_busy || in_tables) return;
+  if (hm_prof_busy || in_tables) return p;
   hm_prof_busy = true;
   pthread_once(&warm_once, warm_up);
   void *raw[FRAMES + 16];
@@ -319,19 +319,20 @@ static HM_NOINLINE void sample_due(void *p, size_t n) {
   profile_unlock();
   if (mark) page_mark(pg, true);
   hm_prof_busy = false;
+  return p;
 }
 
-/* malloc's fast path missed: pop what it would have popped, and count the
- * bytes down. */
+static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n) { return sample_due(hm_list_take(l, b), n); }
+
+/* malloc's fast path missed: count the bytes down, and pop what it would
+ * have popped (the pop last: no frame to keep anything across it). */
 void *profile_malloc(heap_t *h, size_t n, size_t c) {
   list_t *l;
   block_t *b;
-  if (unlikely(c == CLASS_LARGE) ||
-      unlikely(!(b = (block_t *)list_head(l = atomic_load_explicit(&h->current[c], memory_order_acquire)))))
-    return heap_malloc_slow(h, n, c);
-  void *p = hm_list_take(l, b);
-  if (unlikely((until -= (int64_t)n) <= 0)) sample_due(p, n);
-  return p;
+  if (unlikely(!(b = (block_t *)list_head(l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire)))))
+    return heap_malloc_slow(h, n, c);          /* (CLASS_LARGE's list: the empty page) */
+  if (unlikely((until -= (int64_t)n) <= 0)) return take_sampled(l, b, n);
+  return hm_list_take(l, b);
 }
 
 /* A slow path allocated p for n bytes. */
