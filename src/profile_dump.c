@@ -97,26 +97,133 @@ typedef struct dump_s {
   const char **name;              /* [nfuncs] */
   uint64_t dropped;
   char exe[256];
+  struct object_s *objects;       /* [OBJECTS], the loaded objects */
+  uint32_t nobjects;
 } dump_t;
 
-/* The name of the function a return address pc is in: its dynamic symbol,
- * else OBJECT+0xADDRESS (the address as addr2line takes it).  dladdr names
- * the nearest symbol below an address, so the symbol's size is checked: a
- * static function after an exported one is not the exported one. */
-static void frame_name(dump_t *d, uintptr_t pc, char *buf, size_t size) {
-  Dl_info info;
-  struct link_map *map = NULL;
-  const ElfW(Sym) *sym = NULL;
-  uintptr_t a = pc - 1;                     /* within the call, not after it */
-  if (!dladdr1((void *)a, &info, (void **)&map, RTLD_DL_LINKMAP) || !map) {
-    snprintf(buf, size, "0x%lx", (unsigned long)a);
-  } else if (info.dli_sname && info.dli_saddr && dladdr1((void *)a, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
-             a < (uintptr_t)info.dli_saddr + sym->st_size) {
-    snprintf(buf, size, "%s", info.dli_sname);
-  } else {
-    const char *obj = map->l_name && map->l_name[0] ? map->l_name : d->exe;   /* (the program: its path) */
-    snprintf(buf, size, "%s+0x%lx", obj, (unsigned long)(a - map->l_addr));
+/* ---- naming frames ----------------------------------------------------------
+ * A frame is named by the dynamic symbol of its object that holds it, as
+ * dladdr would name it; but dladdr scans the object's whole symbol table for
+ * each address (at exit from gcc's cc1, a tenth of the process's run), so
+ * each object's defined symbols are sorted by address once per dump, when a
+ * frame first falls in it, and searched. */
+
+typedef struct object_s {
+  uintptr_t lo, hi, bias;         /* its loaded extent, and its load bias */
+  const char *name;               /* "" for the program */
+  const ElfW(Dyn) *dyn;
+  const ElfW(Sym) *symtab;
+  const char *strtab;
+  uint32_t *by_addr, nsyms;       /* its defined symbols' indices, by address */
+  bool read;
+} object_t;
+
+#define OBJECTS 1024
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  dump_t *d = arg;
+  if (d->nobjects == OBJECTS) return 1;
+  object_t *o = &d->objects[d->nobjects];
+  *o = (object_t){ .lo = UINTPTR_MAX, .bias = info->dlpi_addr, .name = info->dlpi_name ? info->dlpi_name : "" };
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t at = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_DYNAMIC) o->dyn = (const ElfW(Dyn) *)at;
+    if (ph->p_type != PT_LOAD) continue;
+    if (at < o->lo) o->lo = at;
+    if (at + ph->p_memsz > o->hi) o->hi = at + ph->p_memsz;
   }
+  if (o->lo < o->hi) d->nobjects++;
+  return 0;
+}
+
+/* The dynamic symbol table's size, from its hash table (DT_GNU_HASH: the
+ * last chain of the highest bucket ends it). */
+static uint32_t symbol_count(const uint32_t *hash, const uint32_t *gnu_hash) {
+  if (hash) return hash[1];
+  if (!gnu_hash) return 0;
+  uint32_t nbuckets = gnu_hash[0], first = gnu_hash[1], bloom = gnu_hash[2];
+  const uint32_t *buckets = (const uint32_t *)((const ElfW(Addr) *)(gnu_hash + 4) + bloom), *chain = buckets + nbuckets;
+  uint32_t last = 0;
+  for (uint32_t b = 0; b < nbuckets; b++)
+    if (buckets[b] > last) last = buckets[b];
+  if (last < first) return first;
+  while (!(chain[last - first] & 1)) last++;
+  return last + 1;
+}
+
+/* Does symbol i sort before symbol j: by address, then by place in the
+ * table (dladdr's choice among aliases: the first). */
+static bool sym_before(const object_t *o, uint32_t i, uint32_t j) {
+  ElfW(Addr) a = o->symtab[i].st_value, b = o->symtab[j].st_value;
+  return a < b || (a == b && i < j);
+}
+
+static void sift(const object_t *o, uint32_t *v, uint32_t at, uint32_t n) {
+  for (uint32_t child; (child = 2 * at + 1) < n; at = child) {
+    if (child + 1 < n && sym_before(o, v[child], v[child + 1])) child++;
+    if (!sym_before(o, v[at], v[child])) return;
+    uint32_t t = v[at]; v[at] = v[child]; v[child] = t;
+  }
+}
+
+/* o's defined symbols with a size, sorted by address (a heap sort: no
+ * allocation).  Addresses in the dynamic section are as the loader left
+ * them: relocated, or (the vDSO's) relative to the bias. */
+static void read_symbols(dump_t *d, object_t *o) {
+  o->read = true;
+  const uint32_t *hash = NULL, *gnu_hash = NULL;
+  for (const ElfW(Dyn) *e = o->dyn; e && e->d_tag != DT_NULL; e++) {
+    uintptr_t v = e->d_un.d_ptr < o->bias ? e->d_un.d_ptr + o->bias : e->d_un.d_ptr;
+    if (e->d_tag == DT_SYMTAB) o->symtab = (const ElfW(Sym) *)v;
+    else if (e->d_tag == DT_STRTAB) o->strtab = (const char *)v;
+    else if (e->d_tag == DT_HASH) hash = (const uint32_t *)v;
+    else if (e->d_tag == DT_GNU_HASH) gnu_hash = (const uint32_t *)v;
+  }
+  uint32_t n = o->symtab && o->strtab ? symbol_count(hash, gnu_hash) : 0;
+  if (!n || !(o->by_addr = take(&d->a, n * sizeof *o->by_addr))) return;
+  for (uint32_t i = 0; i < n; i++) {
+    const ElfW(Sym) *sym = &o->symtab[i];
+    if (sym->st_shndx != SHN_UNDEF && sym->st_shndx != SHN_ABS && sym->st_size && ELF64_ST_TYPE(sym->st_info) != STT_TLS)
+      o->by_addr[o->nsyms++] = i;
+  }
+  for (uint32_t i = o->nsyms / 2; i-- > 0;) sift(o, o->by_addr, i, o->nsyms);
+  for (uint32_t end = o->nsyms; end-- > 1;) {
+    uint32_t t = o->by_addr[0]; o->by_addr[0] = o->by_addr[end]; o->by_addr[end] = t;
+    sift(o, o->by_addr, 0, end);
+  }
+}
+
+/* The symbol of o holding address a (the nearest below it, if a is within
+ * its size: a static function after an exported one is not the exported
+ * one), or NULL. */
+static const ElfW(Sym) *symbol_at(dump_t *d, object_t *o, uintptr_t a) {
+  if (!o->read) read_symbols(d, o);
+  uint32_t lo = 0, hi = o->nsyms;         /* the first symbol above a: hi */
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (o->bias + o->symtab[o->by_addr[mid]].st_value <= a) lo = mid + 1;
+    else hi = mid;
+  }
+  if (!hi) return NULL;
+  uint32_t k = hi - 1;
+  ElfW(Addr) at = o->symtab[o->by_addr[k]].st_value;
+  while (k > 0 && o->symtab[o->by_addr[k - 1]].st_value == at) k--;
+  const ElfW(Sym) *sym = &o->symtab[o->by_addr[k]];
+  return a < o->bias + sym->st_value + sym->st_size ? sym : NULL;
+}
+
+/* The name of the function a return address pc is in: its dynamic symbol,
+ * else OBJECT+0xADDRESS (the address as addr2line takes it). */
+static void frame_name(dump_t *d, uintptr_t pc, char *buf, size_t size) {
+  uintptr_t a = pc - 1;                     /* within the call, not after it */
+  object_t *o = NULL;
+  for (uint32_t i = 0; i < d->nobjects && !o; i++)
+    if (a >= d->objects[i].lo && a < d->objects[i].hi) o = &d->objects[i];
+  const ElfW(Sym) *sym = o ? symbol_at(d, o, a) : NULL;
+  if (!o) snprintf(buf, size, "0x%lx", (unsigned long)a);
+  else if (sym) snprintf(buf, size, "%s", o->strtab + sym->st_name);
+  else snprintf(buf, size, "%s+0x%lx", o->name[0] ? o->name : d->exe, (unsigned long)(a - o->bias));   /* (the program: its path) */
   for (char *c = buf; *c; c++)
     if (*c == ';' || *c == '\n') *c = ':';
 }
@@ -150,7 +257,10 @@ static bool symbolize(dump_t *d) {
   uint32_t *pc_func = take(&d->a, size * sizeof *pc_func);
   uint32_t *by_name = take(&d->a, size * sizeof *by_name);
   d->name = take(&d->a, (frames + 1) * sizeof *d->name);
-  if (!pcs || !pc_func || !by_name || !d->name) return false;
+  d->objects = take(&d->a, OBJECTS * sizeof *d->objects);
+  if (!pcs || !pc_func || !by_name || !d->name || !d->objects) return false;
+  d->nobjects = 0;
+  dl_iterate_phdr(add_object, d);
   memset(pcs, 0, size * sizeof *pcs);
   memset(by_name, 0, size * sizeof *by_name);
   d->nfuncs = 0;
