@@ -18,17 +18,17 @@
  * (profile_alloc), as do the other slow paths (aligned, realloc's growth).
  * With profiling off none of this runs: the miss goes to heap_malloc_slow.
  *
- * Stacks.  A sample's stack is taken with glibc's backtrace(), which unwinds
- * with the DWARF call-frame information of libgcc_s: it needs no frame
- * pointers, and it reads the unwind tables through _dl_find_object, without
- * the loader's lock and without allocating.  Its first use dlopens libgcc_s
- * (which allocates); that happens on the first sample, with the thread marked
- * busy so that those allocations are not sampled, and no lock held.  Frames
- * of code without unwind information end the stack there (hand-written
- * assembly without CFI, JIT-compiled code, a binary built with
- * -fno-asynchronous-unwind-tables); inlined functions have no frame of their
- * own and appear as their caller.  The allocator's own frames are cut off at
- * the top when hakmem is a shared library (preloaded or linked with
+ * Stacks (profile_stack.c) are walked by the rules of the unwind tables
+ * (.eh_frame, as libgcc's unwinder reads them), each return address's rule
+ * read once, with glibc's backtrace() for the frames whose rules it does
+ * not follow: no frame pointers needed.  backtrace()'s first use dlopens
+ * libgcc_s (which allocates); that happens on the first sample, with the
+ * thread marked busy so that those allocations are not sampled, and no lock
+ * held.  Frames of code without unwind information end the stack there
+ * (hand-written assembly without CFI, JIT-compiled code, a binary built
+ * with -fno-asynchronous-unwind-tables); inlined functions have no frame of
+ * their own and appear as their caller.  The allocator's own frames are cut
+ * off at the top when hakmem is a shared library (preloaded or linked with
  * -lhakmem); linked statically, hakmem's frames stay at the leaf end of each
  * stack.
  *
@@ -281,7 +281,7 @@ static HM_NOINLINE void *sample_due(void *p, size_t n) {
   hm_prof_busy = true;
   pthread_once(&warm_once, warm_up);
   void *raw[FRAMES + 16];
-  int got = backtrace(raw, FRAMES + 16);
+  int got = profile_stack(raw, FRAMES + 16);
   int skip = 1;                             /* sample_due itself */
   if (hm_prof.self_hi)
     while (skip < got && (uintptr_t)raw[skip] >= hm_prof.self_lo && (uintptr_t)raw[skip] < hm_prof.self_hi) skip++;
@@ -461,9 +461,10 @@ void profile_stats(int fd) {
   uint64_t dropped = hm_prof.dropped;
   profile_unlock();
   size_t used = traces * sizeof(trace_t) + frames * sizeof(uintptr_t) + samples * 2 * sizeof(sample_t);
-  hm_print(fd, "  profile     %u sampled blocks live (%llu not sampled: table full), %u stacks of %u, %u frames; "
-               "tables %.1f MiB mapped, %zu KiB of it in use\n",
-           samples, (unsigned long long)dropped, traces, STACKS - 1, frames, (double)hm_prof.map_size / (1 << 20),
-           (used + 1023) / 1024);
+  hm_print(fd, "  profile     %u sampled blocks live (%llu not sampled: table full), %u stacks of %u, %u frames, "
+               "%llu of %llu walks by backtrace(); tables %.1f MiB mapped, %zu KiB of it in use\n",
+           samples, (unsigned long long)dropped, traces, STACKS - 1, frames,
+           (unsigned long long)atomic_load(&hm_prof.walks_slow), (unsigned long long)atomic_load(&hm_prof.walks),
+           (double)hm_prof.map_size / (1 << 20), (used + 1023) / 1024);
 }
 

@@ -44,6 +44,7 @@ typedef struct profile_tables_s {
   uint32_t ntraces, npool, nsamples;
   uint64_t live, peak_copied, dropped;   /* estimated bytes live, at the last peak copy */
   _Atomic uint64_t lost;          /* frees of sampled blocks in signal handlers not recorded */
+  _Atomic uint64_t walks, walks_slow;    /* stacks taken, and of them by backtrace() (profile_stack.c) */
   uintptr_t self_lo, self_hi;     /* hakmem's code, when a shared library */
   char prefix[256];
   long rate;
@@ -54,6 +55,7 @@ extern profile_tables_t hm_prof;
 extern __thread bool hm_prof_busy;       /* sampling or dumping: allocations here are not sampled */
 extern _Atomic int hm_prof_dump_wanted;  /* HAKMEM_PROFILE_SIGNAL arrived */
 
+int  profile_stack(void **pc, int max);  /* (profile_stack.c) return addresses from the caller's, innermost first */
 void profile_lock(void);
 void profile_unlock(void);
 void profile_dump_pending(void);         /* (profile_dump.c) the dump a signal asked for */

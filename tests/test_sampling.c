@@ -15,6 +15,7 @@
 #include "profile_tables.h"
 
 #include <pthread.h>
+#include <execinfo.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -186,6 +187,38 @@ TEST(handler_frees_while_the_lock_is_held) {
   live = dumped("live") - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after the handler freed the block", live);
   remove_dump();
+}
+
+/* The profiler's stack walk (profile_stack.c: the unwind tables' rules,
+ * each read once) finds the frames backtrace() finds, through a chain of
+ * calls of one function and another, and needs no backtrace() to. */
+static __attribute__((noinline)) int walk_down(int depth, void **walked, int *nwalked, void **traced) {
+  int n;
+  if (depth == 0) {
+    *nwalked = profile_stack(walked, 64);
+    n = backtrace(traced, 64);
+  } else {
+    char pad[depth % 3 ? 40 : 400];         /* frames of several sizes */
+    memset(pad, depth, sizeof pad);
+    n = walk_down(depth - 1, walked, nwalked, traced) + (pad[depth % 7] == 0x7f);
+  }
+  __asm__ volatile("" ::: "memory");        /* (no tail call) */
+  return n;
+}
+
+TEST(stack_walk_matches_backtrace) {
+  void *walked[64], *traced[64];
+  int nwalked = 0;
+  uint64_t slow = atomic_load(&hm_prof.walks_slow);
+  int ntraced = walk_down(20, walked, &nwalked, traced);
+  CHECKF(atomic_load(&hm_prof.walks_slow) == slow, "the walk fell back to backtrace()");
+  /* Both start in walk_down, at different calls; under a sanitizer,
+   * backtrace() is intercepted, and its first frame is the interceptor's.
+   * The callers' frames are the same. */
+  int extra = ntraced - nwalked;
+  CHECKF((extra == 0 || extra == 1) && nwalked > 22, "%d frames walked, %d by backtrace()", nwalked, ntraced);
+  for (int i = 1; i < nwalked && i + extra < ntraced; i++)
+    CHECKF(walked[i] == traced[i + extra], "frame %d: %p walked, %p by backtrace()", i, walked[i], traced[i + extra]);
 }
 
 TEST(destroyed_heap_leaves_the_live_heap) {
