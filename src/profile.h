@@ -2,10 +2,10 @@
  *
  * Profiling is a slow mode: with it on, malloc's fast path always misses,
  * and the miss goes to profile_malloc, which pops the block the fast path
- * would have and counts its bytes; the slow paths call profile_alloc, and
- * so does every free of another thread's block or of a block on a page
- * holding sampled blocks, which calls profile_free; with it off they are
- * never called and the fast paths hold no trace of it. */
+ * would have and counts its bytes; the slow paths call profile_alloc; every
+ * free of another thread's block or of a block on a page holding sampled
+ * blocks calls profile_free.  With it off they are never called and the
+ * fast paths hold no trace of it. */
 #ifndef HAKMEM_PROFILE_H
 #define HAKMEM_PROFILE_H
 #include "internal.h"

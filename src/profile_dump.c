@@ -526,6 +526,8 @@ static int dump(const char *path, bool at_exit) {
       write_top(o, d, VIEW_PEAK, "live at the peak");
       write_top(o, d, VIEW_ALLOC, "allocated in total");
       if (d->dropped) putf(o, "  (%llu allocations not sampled: more than %u sampled blocks live)\n", (unsigned long long)d->dropped, SAMPLES);
+      uint64_t lost = atomic_load_explicit(&hm_prof.lost, memory_order_relaxed);
+      if (lost) putf(o, "  (%llu sampled blocks freed by signal handlers counted live: too many at once)\n", (unsigned long long)lost);
       flush(o);
     }
   }

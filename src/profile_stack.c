@@ -20,7 +20,10 @@
  * walk to glibc's backtrace(); a return address outside any unwind table,
  * or a return address the rule says is undefined (the outermost frame),
  * ends the stack, as it ends libgcc's.  No lock and no allocation: the
- * table is written with a compare-and-swap on its key, the rule after it. */
+ * table is written with a compare-and-swap on its key, the rule after it.
+ * Its rules are kept for the life of the process: a library unloaded and
+ * another loaded at the same addresses would be walked by the first one's
+ * rules (the reads stay within the thread's stack). */
 #include "internal.h"
 #include "profile_tables.h"
 
