@@ -3,14 +3,15 @@
  * and, at exit, what is still live (leaks).  Each as folded stacks
  * (PATH.KIND.folded: "root;...;leaf bytes" lines, what flamegraph.pl,
  * inferno and speedscope read) and as a flame graph (PATH.KIND.svg); at exit
- * the top call sites on stderr.  Frames are named with dladdr (the dynamic
- * symbol tables) at dump time; one without a name is "OBJECT+0xADDRESS",
- * for addr2line (tools/hakmem run --profile does that).  Dumps are written
- * at exit to PREFIX.PID.{leaks,peak,alloc}, by hakmem_profile_dump(PATH) to
- * PATH.{live,peak,alloc}, and on HAKMEM_PROFILE_SIGNAL to
- * PREFIX.PID.N.{live,peak,alloc}: the handler only raises a flag, and the
- * thread's next sampled or slow-path allocation writes the dump (a handler
- * may not take the loader's lock that dladdr takes).
+ * the top call sites on stderr.  Frames are named by the dynamic symbol
+ * tables at dump time (as dladdr would, below); one without a name is
+ * "OBJECT+0xADDRESS", for addr2line (tools/hakmem run --profile does that).
+ * Dumps are written at exit to PREFIX.PID.{leaks,peak,alloc}, by
+ * hakmem_profile_dump(PATH) to PATH.{live,peak,alloc}, and on
+ * HAKMEM_PROFILE_SIGNAL to PREFIX.PID.N.{live,peak,alloc}: the handler only
+ * raises a flag, and the thread's next sampled or slow-path allocation
+ * writes the dump (a handler may not take the loader's lock that listing
+ * the loaded objects takes).
  *
  * Written without malloc: the working memory is one mapping (an arena), the
  * output goes through a buffer to write(2).  The counts are copied under the
