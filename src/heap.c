@@ -51,7 +51,8 @@ _Static_assert(MEDIUM_MAX / 512 + 1 == 513, "the initializer covers 513 sizes");
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 page_t hm_page_empty;                                  /* free == 0: always "empty" */
-heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list } };
+heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list },
+                         .current = { [0 ... CLASSES] = &hm_page_empty.list } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -73,15 +74,21 @@ static void spare_reuse(heap_t *h, page_t *pg);
 /* direct[] entries of each class: direct_first[c] .. direct_first[c + 1] - 1 */
 static uint16_t direct_first[CLASSES + 1];
 
+/* Point malloc's entries of class c at list l.  In slow mode they stay at
+ * the empty page (heap_made) and l goes to h->current[c] instead: every
+ * malloc then misses its fast path, to be counted or checked on the slow
+ * path, or counted down to the profiler's next sample before it pops l
+ * (profile_malloc), and the fast path pays nothing. */
 static void set_direct(heap_t *h, size_t c, list_t *l) {
   hm_assert(c < CLASSES);
+  if (hm_slow_mode) {
+    atomic_store_explicit(&h->current[c], l, memory_order_release);
+    return;
+  }
   for (size_t i = direct_first[c]; i < direct_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
 }
 /* Point malloc's entries of class c at pg, the first page of its queue (or
- * the empty page), unless they point at the class's thread cache.  In slow
- * mode they stay at the empty page (current_update): every malloc then takes
- * the slow path, where it is counted or checked, and the fast path pays
- * nothing. */
+ * the empty page), unless they point at the class's thread cache. */
 static void set_current(heap_t *h, size_t c, page_t *pg) {
   if (c < CLASS_4K || !tcache_fast(c)) set_direct(h, c, &pg->list);
 }
@@ -105,7 +112,6 @@ void heap_route_caches(heap_t *h, bool to_caches) {
 static void current_update(heap_t *h, size_t c) {
   hm_assert(c < CLASSES && (!h->queue[c].first || h->queue[c].first->cls == c));
   if (h->queue[c].first && h->queue[c].first->spare) spare_reuse(h, h->queue[c].first);
-  if (hm_slow_mode) return;
   set_current(h, c, h->queue[c].first ? h->queue[c].first : &hm_page_empty);
 }
 
@@ -770,7 +776,10 @@ heap_t *heap_made(void) {
   if (!h) return NULL;
   lock_raw(h);                       /* the purger may be looking at a recycled struct */
   memset(h, 0, HEAP_RESET_SIZE);
+  for (size_t c = 0; c <= CLASSES; c++) atomic_store_explicit(&h->current[c], &hm_page_empty.list, memory_order_relaxed);
   for (size_t c = 0; c < CLASSES; c++) set_current(h, c, &hm_page_empty);
+  if (hm_slow_mode)                  /* (set_direct leaves them) */
+    for (size_t i = 0; i < DIRECT_N; i++) atomic_store_explicit(&h->direct[i], &hm_page_empty.list, memory_order_relaxed);
   h->rand = os_random() | 1;
   static _Atomic unsigned heaps_made;
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);

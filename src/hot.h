@@ -120,11 +120,16 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   return NULL;
 }
 
+/* Where malloc's fast path goes when it misses: heap_malloc_slow, or when
+ * profiling, profile_malloc (chosen once at start-up, options_init).
+ * (hidden: the miss is one jump through it, as to heap_malloc_slow) */
+extern void *(*hm_malloc_miss)(heap_t *h, size_t n, size_t c) __attribute__((visibility("hidden")));
+
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   size_t c;
   void *p = hm_malloc_try(h, n, &c);
-  return likely(p != NULL) ? p : heap_malloc_slow(h, n, c);
+  return likely(p != NULL) ? p : hm_malloc_miss(h, n, c);
 }
 
 /* May b, at offset off of its page, be freed here: is it a block start, and

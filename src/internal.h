@@ -584,6 +584,10 @@ typedef struct heap_s {
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
   list_t tc_sink;                /* where the owner's frees of the cached classes go while
                                     the caches are parked: the first calls out (tcache_full) */
+  list_t *_Atomic current[CLASSES + 1]; /* slow mode: the list of each class that malloc's
+                                    fast path would pop (direct[] stays at the empty page),
+                                    and the empty page for CLASS_LARGE: what the profiler
+                                    pops instead (profile_malloc) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
