@@ -20,7 +20,7 @@
 
 options_t hm_options;
 bool hm_slow_mode;
-void *(*hm_malloc_miss)(heap_t *h, size_t n, size_t c) = heap_malloc_slow;
+bool hm_malloc_profiled;
 bool hm_counting;
 uint8_t hm_page_flags;
 
@@ -117,7 +117,7 @@ void options_init(void) {
   hm_counting = hm_options.stats || hm_secure;
   hm_slow_mode = hm_counting || hm_profiling;
   hm_page_flags = hm_counting ? PAGE_SLOW : 0;
-  if (hm_profiling && !hm_counting) hm_malloc_miss = profile_malloc;   /* (counting: every call on the slow path) */
+  hm_malloc_profiled = hm_profiling && !hm_counting;   /* (counting: every call on the slow path) */
 }
 
 /* HAKMEM_STATS, for the report at exit: a program that never allocates never

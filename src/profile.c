@@ -11,7 +11,7 @@
  *
  * The countdown.  Profiling is a slow mode: malloc's lists stay at the empty
  * page, so every malloc misses its fast path, and the miss goes to
- * profile_malloc (hm_malloc_miss, chosen at start-up): it counts the bytes
+ * profile_malloc (hm_malloc_profiled, set at start-up): it counts the bytes
  * down and pops the block from the list the fast path would have popped
  * (heap_t.current), with the fast path's code.  An empty list, or a block
  * above the size classes, takes the slow path, which counts its bytes too

@@ -13,7 +13,7 @@
 extern bool hm_profiling;               /* HAKMEM_PROFILE is set */
 
 void profile_init(void);                /* (options_init) */
-void *profile_malloc(heap_t *h, size_t n, size_t c);   /* hm_malloc_miss when profiling */
+void *profile_malloc(heap_t *h, size_t n, size_t c);   /* malloc's misses when profiling (hm_malloc_profiled) */
 void profile_alloc(void *p, size_t n);  /* a slow path just allocated p for n bytes */
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
 void profile_heap_destroyed(heap_t *h); /* hakmem_heap_destroy(h) frees every block of h */
