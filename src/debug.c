@@ -131,9 +131,12 @@ static size_t validate_queue(heap_t *h, size_t c, uint32_t *spare) {
   }
   size_t size = class_size(c), i = size <= DIRECT_16_MAX ? (size + 15) >> 4 : DIRECT_BIG(size);
   list_t *direct = atomic_load_explicit(&h->direct[i], memory_order_relaxed);
-  if (tcache_fast(c)) hm_assert(direct == (h->tc_parked ? &hm_page_empty.list : &h->tc[c - TC_MIN].l));
-  else if (hm_slow_mode) hm_assert(direct == &hm_page_empty.list);
-  else hm_assert(direct == (q->first ? &q->first->list : &hm_page_empty.list));
+  list_t *pops = tcache_fast(c) ? (h->tc_parked ? &hm_page_empty.list : &h->tc[c - TC_MIN].l)
+                                : q->first ? &q->first->list : &hm_page_empty.list;
+  if (!hm_slow_mode) hm_assert(direct == pops);
+  else hm_assert(direct == &hm_page_empty.list);
+  if (hm_malloc_profiled)                    /* (the profiler pops there) */
+    hm_assert(atomic_load_explicit(&h->current[c], memory_order_relaxed) == pops);
   return n;
 }
 

@@ -67,8 +67,8 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
   heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
   if (owner == h) {
     heap_enter(h);
-    /* (stats mode: what free's fast path would have cached) */
-    bool cached = hm_slow_mode && to_cache && class_cached(pg->cls) && !block_looks_free(pg, p) &&
+    /* (stats and secure modes: what free's fast path would have cached) */
+    bool cached = hm_counting && to_cache && class_cached(pg->cls) && !block_looks_free(pg, p) &&
                   tcache_put(h, pg, (block_t *)p);
     if (!cached) heap_free_local(h, pg, (block_t *)p);
     hm_assert(!cached || class_cached(pg->cls));

@@ -33,15 +33,21 @@ static void spare_reuse(heap_t *h, page_t *pg);
 /* direct[] entries of each class: direct_first[c] .. direct_first[c + 1] - 1 */
 static uint16_t direct_first[CLASSES + 1];
 
+/* Point malloc's entries of class c at list l.  In slow mode they stay at
+ * the empty page (heap_direct_init) and l goes to h->current[c] instead: every
+ * malloc then misses its fast path, to be counted or checked on the slow
+ * path, or counted down to the profiler's next sample before it pops l
+ * (profile_malloc), and the fast path pays nothing. */
 static void set_direct(heap_t *h, size_t c, list_t *l) {
   hm_assert(c < CLASSES);
+  if (hm_slow_mode) {
+    atomic_store_explicit(&h->current[c], l, memory_order_release);
+    return;
+  }
   for (size_t i = direct_first[c]; i < direct_first[c + 1]; i++) atomic_store_explicit(&h->direct[i], l, memory_order_release);
 }
 /* Point malloc's entries of class c at pg, the first page of its queue (or
- * the empty page), unless they point at the class's thread cache.  In slow
- * mode they stay at the empty page (current_update): every malloc then takes
- * the slow path, where it is counted or checked, and the fast path pays
- * nothing. */
+ * the empty page), unless they point at the class's thread cache. */
 static void set_current(heap_t *h, size_t c, page_t *pg) {
   if (c < CLASS_4K || !tcache_fast(c)) set_direct(h, c, &pg->list);
 }
@@ -49,7 +55,10 @@ static void set_current(heap_t *h, size_t c, page_t *pg) {
 /* A new heap's entries (a recycled struct keeps those of the cached classes):
  * the empty page, or the class's thread cache. */
 void heap_direct_init(heap_t *h) {
+  for (size_t c = 0; c <= CLASSES; c++) atomic_store_explicit(&h->current[c], &hm_page_empty.list, memory_order_relaxed);
   for (size_t c = 0; c < CLASSES; c++) set_current(h, c, &hm_page_empty);
+  if (hm_slow_mode)                  /* (set_direct leaves them) */
+    for (size_t i = 0; i < DIRECT_N; i++) atomic_store_explicit(&h->direct[i], &hm_page_empty.list, memory_order_relaxed);
   for (size_t c = TC_MIN; c < CLASSES; c++)
     if (tcache_fast(c) && atomic_load_explicit(&h->direct[direct_first[c]], memory_order_relaxed) != &h->tc[c - TC_MIN].l)
       set_direct(h, c, &h->tc[c - TC_MIN].l);
@@ -74,7 +83,6 @@ void heap_route_caches(heap_t *h, bool to_caches) {
 static void current_update(heap_t *h, size_t c) {
   hm_assert(c < CLASSES && (!h->queue[c].first || h->queue[c].first->cls == c));
   if (h->queue[c].first && h->queue[c].first->spare) spare_reuse(h, h->queue[c].first);
-  if (hm_slow_mode) return;
   set_current(h, c, h->queue[c].first ? h->queue[c].first : &hm_page_empty);
 }
 

@@ -24,7 +24,8 @@ typedef struct rbuf_s {
  * whose number (rb_slot, given out in turn) falls there: a thread freeing
  * blocks of a few heaps in turn fills a buffer for each. */
 #define RB_SLOTS 8
-#define RB_MAX   64                  /* buffers a heap has (32 KiB, with the heap) */
+#define RB_MAX   64                  /* buffers in the heap struct (32 KiB); more are made from
+                                        the heap's own blocks while all of these are out */
 
 /* A thread cache: a list_t like a page's, so that malloc and free pop and
  * push either alike (hot.h), whose count is the room left: a push that fills
@@ -84,6 +85,7 @@ typedef struct heap_s {
   uint8_t rb_slot;               /* where other threads keep buffers of its blocks */
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
+  bool rb_growing;               /* making a buffer (remote.c: its malloc may free) */
   /* first-class heaps (userheap.c): */
   bool user;                     /* a heap a program made (hakmem_heap_new), no thread's own */
   struct heap_s *maker;          /* user: the own heap of the thread that made it */
@@ -110,6 +112,10 @@ typedef struct heap_s {
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
   list_t tc_sink;                /* where the owner's frees of the cached classes go while
                                     the caches are parked: the first calls out (tcache_full) */
+  list_t *_Atomic current[CLASSES + 1]; /* slow mode: the list of each class that malloc's
+                                    fast path would pop (direct[] stays at the empty page),
+                                    and the empty page for CLASS_LARGE: what the profiler
+                                    pops instead (profile_malloc) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */

@@ -28,6 +28,7 @@
 #define HAKMEM_HOT_H
 #include "internal.h"
 #include "options.h"
+#include "profile.h"
 
 /* The buffers of remote frees (remote.c, hm_free_remote).  The owner marks
  * itself busy for the few instructions of an append; the purger, to take the
@@ -120,11 +121,19 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
   return NULL;
 }
 
+/* Where malloc's fast path goes when it misses: heap_malloc_slow, or when
+ * profiling, profile_malloc (hm_malloc_profiled, set once at start-up,
+ * options_init).  A flag, not a function pointer: a pointer that every
+ * malloc calls through is what a heap overflow would aim at (glibc removed
+ * its malloc hooks for that reason).  (hidden: read without the GOT) */
+extern bool hm_malloc_profiled __attribute__((visibility("hidden")));
+
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   size_t c;
   void *p = hm_malloc_try(h, n, &c);
-  return likely(p != NULL) ? p : heap_malloc_slow(h, n, c);
+  if (likely(p != NULL)) return p;
+  return unlikely(hm_malloc_profiled) ? profile_malloc(h, n, c) : heap_malloc_slow(h, n, c);
 }
 
 /* May b, at offset off of its page, be freed here: is it a block start, and

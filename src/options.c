@@ -7,7 +7,7 @@
  * HAKMEM_SECURE, where it means the strictest level: a request for hardening
  * never turns into none.  A HAKMEM_* variable that names no option (a
  * misspelling) is reported once, with the closest name. */
-#include "internal.h"
+#include "hot.h"
 #include "options.h"
 #include "profile.h"
 #include "stats.h"
@@ -20,6 +20,7 @@
 
 options_t hm_options;
 bool hm_slow_mode;
+bool hm_malloc_profiled;
 bool hm_counting;
 uint8_t hm_page_flags;
 
@@ -116,6 +117,7 @@ void options_init(void) {
   hm_counting = hm_options.stats || hm_secure;
   hm_slow_mode = hm_counting || hm_profiling;
   hm_page_flags = hm_counting ? PAGE_SLOW : 0;
+  hm_malloc_profiled = hm_profiling && !hm_counting;   /* (counting: every call on the slow path) */
 }
 
 /* HAKMEM_STATS, for the report at exit: a program that never allocates never

@@ -1,9 +1,11 @@
 /* profile.h — the sampling heap profiler (HAKMEM_PROFILE, profile.c).
  *
- * Profiling is a slow mode: with it on, every malloc takes its slow path,
- * which calls profile_alloc, and so does every free of another thread's block
- * or of a block on a page holding sampled blocks, which calls profile_free;
- * with it off they are never called and the fast paths hold no trace of it. */
+ * Profiling is a slow mode: with it on, malloc's fast path always misses,
+ * and the miss goes to profile_malloc, which pops the block the fast path
+ * would have and counts its bytes; the slow paths call profile_alloc; every
+ * free of another thread's block or of a block on a page holding sampled
+ * blocks calls profile_free.  With it off they are never called and the
+ * fast paths hold no trace of it. */
 #ifndef HAKMEM_PROFILE_H
 #define HAKMEM_PROFILE_H
 #include "internal.h"
@@ -11,7 +13,8 @@
 extern bool hm_profiling;               /* HAKMEM_PROFILE is set */
 
 void profile_init(void);                /* (options_init) */
-void profile_alloc(void *p, size_t n);  /* p was just allocated for n bytes */
+void *profile_malloc(heap_t *h, size_t n, size_t c);   /* malloc's misses when profiling (hm_malloc_profiled) */
+void profile_alloc(void *p, size_t n);  /* a slow path just allocated p for n bytes */
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
 void profile_heap_destroyed(heap_t *h); /* hakmem_heap_destroy(h) frees every block of h */
 void profile_stats(int fd);             /* the stats report's line; nothing when off */

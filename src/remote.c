@@ -23,8 +23,11 @@
  *
  * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
  * collected them a buffer's blocks go onto their pages' thread_free lists, as
- * unbuffered frees did.  A heap has RB_MAX buffers, in its struct (no mapping
- * of their own); a thread that has none left frees block by block.  A buffer
+ * unbuffered frees did.  A heap has RB_MAX buffers in its struct (no mapping
+ * of their own); while all of them are out (in owners' inboxes: an owner
+ * asleep while others free its blocks), it makes more, blocks of its own
+ * heap, and frees those beyond RB_KEEP of its spares at its next flush and
+ * at its exit.  A thread that cannot make one frees block by block.  A buffer
  * waits in its thread until it is full or another owner needs its slot, and
  * at most until the thread's next heap tick (64 slow-path events), its exit,
  * malloc_trim, or, for a thread that stopped calling the allocator, the
@@ -38,9 +41,8 @@
 #include <sched.h>
 
 #define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
-#define RB_DEPTH  RB_MAX                    /* buffers an inbox takes (more: unbuffered): as many as
-                                               a sender has, so a busy owner never makes one free
-                                               block by block (see remote_send) */
+#define RB_DEPTH  4096                      /* buffers an inbox takes (more: unbuffered, remote_send) */
+#define RB_KEEP   RB_MAX                    /* spare buffers a heap keeps after a flush */
 #define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
 _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
@@ -103,6 +105,54 @@ static rbuf_t *rb_take(heap_t *h) {
   return o;
 }
 
+/* Is o one of the buffers h made from its own blocks (rb_grow)? */
+static bool rb_extra(heap_t *h, rbuf_t *o) { return o->home == h && (o < h->rb || o >= h->rb + RB_MAX); }
+
+/* All of h's buffers are out: make one more, a block of h's, as a spare.
+ * (Owner, outside tc_enter: the malloc may take h's inbox, whose blocks may
+ * be freed here again, but makes no second buffer meanwhile.) */
+static bool rb_grow(heap_t *h) {
+  if (h->rb_growing) return false;
+  h->rb_growing = true;
+  rbuf_t *o = hm_malloc_fast(sizeof(rbuf_t));
+  h->rb_growing = false;
+  if (!o) return false;
+  o->home = h;
+  o->next = h->rb_spare;
+  h->rb_spare = o;
+  h->rb_spares++;
+  return true;
+}
+
+/* Free the buffers of h's own making among its spares beyond keep (the
+ * owner, outside tc_enter: rb_take is its alone). */
+static void rb_trim(heap_t *h, uint32_t keep) {
+  rbuf_t *back = atomic_load_explicit(&h->rb_back, memory_order_relaxed) ?
+                 atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire) : NULL;
+  for (rbuf_t *next; back; back = next) {       /* (the ones sent back join the spares) */
+    next = back->next;
+    back->next = h->rb_spare;
+    h->rb_spare = back;
+    h->rb_spares++;
+  }
+  if (h->rb_spares <= keep) return;
+  rbuf_t **at = &h->rb_spare, *o, *gone = NULL;
+  while ((o = *at) != NULL && h->rb_spares > keep) {
+    if (rb_extra(h, o)) {
+      *at = o->next;
+      h->rb_spares--;
+      o->next = gone;
+      gone = o;
+    } else {
+      at = &o->next;
+    }
+  }
+  for (rbuf_t *next; gone; gone = next) {
+    next = gone->next;
+    hm_free_fast(gone);
+  }
+}
+
 /* Free b, a block of a buffer that is not delivered, here: onto its page's
  * thread_free (direct), or through free's slow path (the owner exited).  A
  * large block's freed flag is set already (remote_free). */
@@ -145,19 +195,10 @@ void remote_send(rbuf_t *o) {
   if (unlikely(heap_idle(to))) heap_wake_idle(to);
 }
 
-/* free's fast path found no room for b (a block of pg, owned by to) in h's
- * buffer: send the buffer, start another. */
-void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
-  hm_assert(to != NULL && to != h && (pg->cls < CLASSES || pg->cls == CLASS_LARGE));
-  uint32_t size = pg->cls < CLASS_OVER_32K ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
-  if (!hm_remote_on || size == RB_BYTES || to->user || (h == &hm_heap_empty && !(h = heap_get()))) {
-    free_one(pg, b, to);                        /* (a block of RB_BYTES or more, or of a first-class
-                                                   heap, which may be destroyed: on its own) */
-    return;
-  }
-  /* A large block's freed flag is set now, as free's slow path sets it: a
-   * second free is caught at once, and its owner frees it unread. */
-  if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed)) hm_fatal("double free", b, pg);
+/* Put b (size: its bytes counted toward RB_BYTES) in h's buffer for to.
+ * False if it is not there: the purger is taking h's buffers, or h has none
+ * left (*none). */
+static bool buffer_block(heap_t *h, page_t *pg, block_t *b, heap_t *to, uint32_t size, bool *none) {
   rbuf_t *send = NULL, *o;
   bool kept = false;
   _Atomic(rbuf_t *) *slot = &h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)];
@@ -180,13 +221,34 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
         o->bytes = size;
         o->block[0] = b;
         kept = true;
+      } else {
+        *none = true;
       }
       atomic_store_explicit(slot, o, memory_order_relaxed);
     }
   }
   tc_leave(h);
   if (send) remote_send(send);
-  if (!kept) free_unbuffered(b, to, true);
+  return kept;
+}
+
+/* free's fast path found no room for b (a block of pg, owned by to) in h's
+ * buffer: send the buffer, start another (made if h has none left). */
+void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
+  hm_assert(to != NULL && to != h && (pg->cls < CLASSES || pg->cls == CLASS_LARGE));
+  uint32_t size = pg->cls < CLASS_OVER_32K ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
+  if (!hm_remote_on || size == RB_BYTES || to->user || (h == &hm_heap_empty && !(h = heap_get()))) {
+    free_one(pg, b, to);                        /* (a block of RB_BYTES or more, or of a first-class
+                                                   heap, which may be destroyed: on its own) */
+    return;
+  }
+  /* A large block's freed flag is set now, as free's slow path sets it: a
+   * second free is caught at once, and its owner frees it unread. */
+  if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed)) hm_fatal("double free", b, pg);
+  bool none = false;
+  if (buffer_block(h, pg, b, to, size, &none)) return;
+  if (none && rb_grow(h) && buffer_block(h, pg, b, to, size, &none)) return;   /* (into the new spare) */
+  free_unbuffered(b, to, true);
 }
 
 /* ---- the owner's side -------------------------------------------------------- */
@@ -250,6 +312,7 @@ void remote_flush(heap_t *h) {
   tc_leave(h);
   for (size_t i = 0; i < RB_SLOTS; i++)
     if (o[i]) remote_send(o[i]);
+  rb_trim(h, RB_KEEP);
 }
 
 /* The thread exits (no lock held): close the inbox, free what it holds, send
@@ -258,6 +321,7 @@ void remote_close(heap_t *h) {
   hm_assert(!heap_held(h));
   collect(h, atomic_exchange_explicit(&h->inbox, INBOX_CLOSED, memory_order_acquire));
   remote_flush(h);
+  rb_trim(h, 0);                                /* (those still out come back to rb_back) */
   for (rbuf_t *o = h->rb_spare, *next; o; o = next) {
     next = o->next;
     rb_home(o);

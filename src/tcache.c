@@ -66,8 +66,10 @@
 #define TC_DECAY_MS 1000
 static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
-/* Class c's cache is what malloc pops and free pushes (not in stats mode,
- * whose fast paths keep out: its slow paths use the caches, locked). */
+/* Class c's cache is what malloc pops and free pushes, or when profiling
+ * what the profiler pops (profile_malloc); not when every call is counted
+ * (stats, secure), whose fast paths keep out: its slow paths use the
+ * caches, locked. */
 bool hm_tc_fast[CLASSES];
 
 static uint32_t class_kb(size_t i) { return (uint32_t)((class_size(TC_MIN + i) + 1023) >> 10); }
@@ -80,7 +82,7 @@ void tcache_process_init(bool fence) {
     start_cap[i] = (uint16_t)(!fence ? 0 : k < TC_START ? k : TC_START);
   }
   hm_tcache_on = start_cap[0] > 0;           /* (the smallest class gets the most) */
-  for (size_t i = 0; i < TC_CLASSES; i++) hm_tc_fast[TC_MIN + i] = hm_tcache_on && !hm_slow_mode && start_cap[i] > 0;
+  for (size_t i = 0; i < TC_CLASSES; i++) hm_tc_fast[TC_MIN + i] = hm_tcache_on && !hm_counting && start_cap[i] > 0;
 }
 
 static uint32_t cap_of(heap_t *h, size_t i) { return atomic_load_explicit(&h->tc_cap[i], memory_order_relaxed); }

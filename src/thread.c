@@ -11,7 +11,8 @@
 #include <string.h>
 
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
-heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list } };
+heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list },
+                         .current = { [0 ... CLASSES] = &hm_page_empty.list } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;

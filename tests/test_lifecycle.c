@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <sys/wait.h>
 
 /* The process's threads (/proc/self/stat's 20th field), or 0. */
@@ -162,15 +163,18 @@ static int sc_exit_busy(void) {
 
 /* fork() from a signal handler that interrupted fork() (glibc's
  * tst-mallocfork2): the process is single-threaded; a second process sends
- * the signals until it has sent 5000.  An atfork handler of the scenario's
- * own (registered after hakmem's, so its window holds hakmem's) counts the
- * signals that came inside a fork (5: none did, the race was not tried). */
-static volatile sig_atomic_t in_fork, forks_in_fork;
+ * signals until this one has taken 5000 and at least one of them came inside
+ * a fork, as an atfork handler of the scenario's own (registered after
+ * hakmem's, so its window holds hakmem's) counts; on a loaded machine that
+ * takes more signals.  5: none came inside a fork in 20 s (the race was not
+ * tried). */
+static volatile sig_atomic_t in_fork, forks_in_fork, signals;
 static void fork_begins(void) { in_fork = 1; }
 static void fork_ends(void) { in_fork = 0; }
 static void fork_in_handler(int sig) {
   (void)sig;
   int saved = errno;
+  signals++;
   if (in_fork) forks_in_fork++;
   pid_t p = fork();
   if (p == 0) _exit(0);
@@ -185,10 +189,12 @@ static int sc_fork_in_handler(void) {
   sigaction(SIGUSR1, &sa, NULL);
   pid_t me = getpid(), sender = fork();
   if (sender == 0) {
-    for (int i = 0; i < 5000 && kill(me, SIGUSR1) == 0; i++) usleep(100);
+    while (kill(me, SIGUSR1) == 0) usleep(100);
     _exit(0);
   }
-  while (waitpid(sender, NULL, WNOHANG) == 0) {
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do {
     void *a = malloc(100), *b = malloc(20000);
     pid_t p = fork();
     if (p == 0) {
@@ -198,7 +204,10 @@ static int sc_fork_in_handler(void) {
     if (p > 0) while (waitpid(p, NULL, 0) < 0 && errno == EINTR) {}
     free(a);
     free(b);
-  }
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  } while ((signals < 5000 || !forks_in_fork) && t.tv_sec - t0.tv_sec < 20);
+  kill(sender, SIGKILL);
+  while (waitpid(sender, NULL, 0) < 0 && errno == EINTR) {}
   return forks_in_fork ? 0 : 5;
 }
 

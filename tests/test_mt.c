@@ -598,6 +598,53 @@ TEST(big_remote_frees_not_held_back) {
   CHECKF(held_back <= ((size_t)6 << 20), "%zu KiB of freed blocks held back in the freeing thread's buffer", held_back >> 10);
 }
 
+/* A thread that frees more of a quiet owner's blocks than its buffers in
+ * the heap struct hold (RB_MAX of RB_BLOCKS blocks) makes more buffers:
+ * every block waits in the owner's inbox, untouched, none going block by
+ * block onto its page's remote list; the owner takes them all back.  (The
+ * purger is off meanwhile: it would take the quiet owner's inbox.) */
+enum { INBOX_N = 8 * RB_MAX * RB_BLOCKS };
+static void *inbox_blk[INBOX_N];
+static void *inbox_freer(void *arg) {
+  for (int i = 0; i < INBOX_N; i++) hakmem_free(inbox_blk[i]);
+  return arg;
+}
+TEST(remote_frees_all_buffered) {
+  long background = 1;
+  hakmem_option_get("background", &background);
+  hakmem_option_set("background", 0);
+  hakmem_malloc_trim(0);
+  for (int i = 0; i < INBOX_N; i++) {
+    inbox_blk[i] = hakmem_malloc(64);
+    CHECK(inbox_blk[i] != NULL);
+  }
+  if (!hm_remote_on) {                  /* (known once the heap is made) */
+    for (int i = 0; i < INBOX_N; i++) hakmem_free(inbox_blk[i]);
+    hakmem_option_set("background", background);
+    SKIP("no buffered remote frees here (no membarrier, or a thread cache of 0)");
+    return;
+  }
+  heap_t *h = hm_tls_heap;
+  pthread_t t;
+  pthread_create(&t, NULL, inbox_freer, NULL);
+  pthread_join(t, NULL);                /* its exit sends what it holds */
+  size_t waiting = 0, buffers = 0;
+  for (rbuf_t *o = atomic_load(&h->inbox); o && o != (rbuf_t *)1; o = o->next) {
+    waiting += o->n;
+    buffers++;
+  }
+  NOTE("%zu of %d freed blocks wait in the owner's inbox, in %zu buffers", waiting, INBOX_N, buffers);
+  CHECKF(waiting == INBOX_N, "%zu of %d blocks in the inbox: the rest went block by block", waiting, INBOX_N);
+  hakmem_malloc_trim(0);                /* the owner takes its inbox */
+  CHECK(atomic_load(&h->inbox) == NULL);
+  for (int i = 0; i < INBOX_N; i++) {   /* and its blocks serve it again */
+    inbox_blk[i] = hakmem_malloc(64);
+    CHECK(inbox_blk[i] != NULL);
+  }
+  for (int i = 0; i < INBOX_N; i++) hakmem_free(inbox_blk[i]);
+  hakmem_option_set("background", background);
+}
+
 /* A thread's heap, parked at its exit, goes whole to the next thread that
  * allocates: no segment is abandoned or reclaimed, the blocks the first
  * thread left (freed meanwhile by main, remotely) are reused, and none is

@@ -5,12 +5,18 @@
  * shows no live bytes left and the bytes allocated within 10 % of the truth;
  * blocks kept are live within 10 % of theirs, and leave when freed, or when
  * the first-class heap holding them is destroyed.  Run under TSan too (make
- * test-sanitize): the tables are shared by every thread.  (Call sites and
- * formats: test_profile.sh.) */
+ * test-sanitize): the tables are shared by every thread.  Unsampled
+ * mallocs keep off the slow path, and a signal handler may free a sampled
+ * block while its thread holds the tables' lock.  (Call sites and formats:
+ * test_profile.sh.) */
 #include "test.h"
 #include "hakmem.h"
+#include "internal.h"
+#include "profile_tables.h"
 
 #include <pthread.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -135,6 +141,84 @@ TEST(kept_blocks_stay_live) {
   live = dumped("live") - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after freeing them", live);
   remove_dump();
+}
+
+/* With profiling on, a malloc that is not sampled pops its block past the
+ * slow path (profile_malloc): the heap's slow-path entries grow with the
+ * samples (a sampled block's page is marked, and unmarked at its free), not
+ * with the mallocs. */
+TEST(unsampled_mallocs_keep_off_the_slow_path) {
+  enum { N = 20000 };
+  hakmem_free(hakmem_malloc(64));           /* the heap and its page exist */
+  heap_t *h = hm_tls_heap;
+  uint64_t before = atomic_load(&h->slow_ops);
+  for (int i = 0; i < N; i++) hakmem_free(hakmem_malloc(64));
+  uint64_t entries = atomic_load(&h->slow_ops) - before;
+  CHECKF(entries < N / 4, "%llu slow-path entries for %d malloc+free pairs", (unsigned long long)entries, N);
+}
+
+static void *volatile freed_by_handler;
+static void free_in_handler(int sig) {
+  (void)sig;
+  hakmem_free(freed_by_handler);
+  freed_by_handler = NULL;
+}
+
+/* Signals are not blocked while a thread holds the tables' lock: a handler
+ * that frees a sampled block then leaves it to the thread, and the block
+ * leaves the live heap when the thread lets the lock go. */
+TEST(handler_frees_while_the_lock_is_held) {
+  dump_now();
+  double before = dumped("live");
+  freed_by_handler = hakmem_malloc(1 << 20);   /* sampled: the odds are 1 - exp(-256) */
+  dump_now();
+  double live = dumped("live") - before;
+  CHECKF(live > (1 << 19), "%.0f bytes live with a block of 1 MiB sampled", live);
+  struct sigaction sa = { .sa_handler = free_in_handler }, old;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, &old);
+  profile_lock();
+  raise(SIGUSR2);
+  bool ran = freed_by_handler == NULL;
+  profile_unlock();
+  sigaction(SIGUSR2, &old, NULL);
+  CHECKF(ran, "the handler did not run while the lock was held");
+  dump_now();
+  live = dumped("live") - before;
+  CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after the handler freed the block", live);
+  remove_dump();
+}
+
+/* The profiler's stack walk (profile_stack.c: the unwind tables' rules,
+ * each read once) finds the frames backtrace() finds, through a chain of
+ * calls of one function and another, and needs no backtrace() to. */
+static __attribute__((noinline)) int walk_down(int depth, void **walked, int *nwalked, void **traced) {
+  int n;
+  if (depth == 0) {
+    *nwalked = profile_stack(walked, 64);
+    n = backtrace(traced, 64);
+  } else {
+    char pad[depth % 3 ? 40 : 400];         /* frames of several sizes */
+    memset(pad, depth, sizeof pad);
+    n = walk_down(depth - 1, walked, nwalked, traced) + (pad[depth % 7] == 0x7f);
+  }
+  __asm__ volatile("" ::: "memory");        /* (no tail call) */
+  return n;
+}
+
+TEST(stack_walk_matches_backtrace) {
+  void *walked[64], *traced[64];
+  int nwalked = 0;
+  uint64_t slow = atomic_load(&hm_prof.walks_slow);
+  int ntraced = walk_down(20, walked, &nwalked, traced);
+  CHECKF(atomic_load(&hm_prof.walks_slow) == slow, "the walk fell back to backtrace()");
+  /* Both start in walk_down, at different calls; under a sanitizer,
+   * backtrace() is intercepted, and its first frame is the interceptor's.
+   * The callers' frames are the same. */
+  int extra = ntraced - nwalked;
+  CHECKF((extra == 0 || extra == 1) && nwalked > 22, "%d frames walked, %d by backtrace()", nwalked, ntraced);
+  for (int i = 1; i < nwalked && i + extra < ntraced; i++)
+    CHECKF(walked[i] == traced[i + extra], "frame %d: %p walked, %p by backtrace()", i, walked[i], traced[i + extra]);
 }
 
 TEST(destroyed_heap_leaves_the_live_heap) {
