@@ -86,14 +86,17 @@ typedef struct heap_s {
   rbuf_t *rb_spare;              /* empty buffers for the next sends */
   uint32_t rb_spares;
   bool rb_growing;               /* making a buffer (remote.c: its malloc may free) */
-  /* first-class heaps (userheap.c): */
-  bool user;                     /* a heap a program made (hakmem_heap_new), no thread's own */
+  /* first-class heaps (userheap.c; user is below): */
   struct heap_s *maker;          /* user: the own heap of the thread that made it */
   struct heap_s *users;          /* a thread's heap: the user heaps its thread made; a user
                                     heap: the next of them */
   segment_t *huge;               /* user: the segments of its huge blocks (huge.c, huge_lock) */
   _Atomic uint32_t huge_lock;
   /* kept when a struct is recycled: */
+  _Atomic bool user;             /* a heap a program made (hakmem_heap_new), no thread's own.
+                                    Stored atomically, not cleared with the rest: another
+                                    thread's free may read it through a page's stale owner
+                                    while the struct is made anew (remote_free) */
   _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
   _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
   _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */

@@ -237,7 +237,7 @@ static bool buffer_block(heap_t *h, page_t *pg, block_t *b, heap_t *to, uint32_t
 void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   hm_assert(to != NULL && to != h && (pg->cls < CLASSES || pg->cls == CLASS_LARGE));
   uint32_t size = pg->cls < CLASS_OVER_32K ? 0 : pg->block_size < RB_BYTES ? (uint32_t)pg->block_size : RB_BYTES;
-  if (!hm_remote_on || size == RB_BYTES || to->user || (h == &hm_heap_empty && !(h = heap_get()))) {
+  if (!hm_remote_on || size == RB_BYTES || atomic_load_explicit(&to->user, memory_order_relaxed) || (h == &hm_heap_empty && !(h = heap_get()))) {
     free_one(pg, b, to);                        /* (a block of RB_BYTES or more, or of a first-class
                                                    heap, which may be destroyed: on its own) */
     return;

@@ -168,6 +168,7 @@ heap_t *heap_made(void) {
   if (!h) return NULL;
   heap_lock_raw(h);                  /* the purger may be looking at a recycled struct */
   memset(h, 0, HEAP_RESET_SIZE);
+  atomic_store_explicit(&h->user, false, memory_order_relaxed);
   h->rand = os_random() | 1;
   static _Atomic unsigned heaps_made;
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);

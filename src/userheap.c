@@ -29,7 +29,7 @@ heap_t *hm_heap_new(void) {
   heap_t *self = heap_get();
   heap_t *h = self ? heap_made() : NULL;
   if (!h) { errno = ENOMEM; return NULL; }
-  h->user = true;
+  atomic_store_explicit(&h->user, true, memory_order_relaxed);
   h->maker = self;
   h->users = self->users;
   self->users = h;
