@@ -135,7 +135,7 @@ static size_t validate_queue(heap_t *h, size_t c, uint32_t *spare) {
                                 : q->first ? &q->first->list : &hm_page_empty.list;
   if (!hm_slow_mode) hm_assert(direct == pops);
   else hm_assert(direct == &hm_page_empty.list);
-  if (hm_malloc_profiled)                    /* (the profiler pops there) */
+  if (atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed))   /* (the profiler pops there) */
     hm_assert(atomic_load_explicit(&h->current[c], memory_order_relaxed) == pops);
   return n;
 }

@@ -125,15 +125,18 @@ HM_INLINE void *hm_malloc_try(heap_t *h, size_t n, size_t *c) {
  * profiling, profile_malloc (hm_malloc_profiled, set once at start-up,
  * options_init).  A flag, not a function pointer: a pointer that every
  * malloc calls through is what a heap overflow would aim at (glibc removed
- * its malloc hooks for that reason).  (hidden: read without the GOT) */
-extern bool hm_malloc_profiled __attribute__((visibility("hidden")));
+ * its malloc hooks for that reason).  Atomic: a thread's first malloc reads
+ * it before the start-up it waits for (a plain load on x86).  (hidden: read
+ * without the GOT) */
+extern _Atomic bool hm_malloc_profiled __attribute__((visibility("hidden")));
 
 HM_INLINE void *hm_malloc_fast(size_t n) {
   heap_t *h = hm_tls_heap;
   size_t c;
   void *p = hm_malloc_try(h, n, &c);
   if (likely(p != NULL)) return p;
-  return unlikely(hm_malloc_profiled) ? profile_malloc(h, n, c) : heap_malloc_slow(h, n, c);
+  return unlikely(atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed)) ? profile_malloc(h, n, c)
+                                                                                  : heap_malloc_slow(h, n, c);
 }
 
 /* May b, at offset off of its page, be freed here: is it a block start, and

@@ -20,7 +20,7 @@
 
 options_t hm_options;
 bool hm_slow_mode;
-bool hm_malloc_profiled;
+_Atomic bool hm_malloc_profiled;
 bool hm_counting;
 uint8_t hm_page_flags;
 
@@ -117,7 +117,8 @@ void options_init(void) {
   hm_counting = hm_options.stats || hm_secure;
   hm_slow_mode = hm_counting || hm_profiling;
   hm_page_flags = hm_counting ? PAGE_SLOW : 0;
-  hm_malloc_profiled = hm_profiling && !hm_counting;   /* (counting: every call on the slow path) */
+  atomic_store_explicit(&hm_malloc_profiled, hm_profiling && !hm_counting,   /* (counting: every call */
+                        memory_order_relaxed);                             /* on the slow path) */
 }
 
 /* HAKMEM_STATS, for the report at exit: a program that never allocates never
