@@ -20,6 +20,7 @@ typedef struct rbuf_s {
   uint32_t bytes;                /* the sizes of its blocks above 32 KiB */
   void *block[RB_BLOCKS];
 } rbuf_t;
+#define INBOX_CLOSED ((rbuf_t *)1)   /* an inbox whose owner exited: send nothing */
 /* A thread keeps a buffer in each of RB_SLOTS slots, for the owner heaps
  * whose number (rb_slot, given out in turn) falls there: a thread freeing
  * blocks of a few heaps in turn fills a buffer for each. */
@@ -93,13 +94,13 @@ typedef struct heap_s {
   segment_t *huge;               /* user: the segments of its huge blocks (huge.c, huge_lock) */
   _Atomic uint32_t huge_lock;
   /* kept when a struct is recycled: */
+  _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
+  _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
+  _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
   _Atomic bool user;             /* a heap a program made (hakmem_heap_new), no thread's own.
                                     Stored atomically, not cleared with the rest: another
                                     thread's free may read it through a page's stale owner
                                     while the struct is made anew (remote_free) */
-  _Atomic uint8_t owner_in;      /* the heap lock (heap.c): the owner's slow paths hold it, */
-  _Atomic uint8_t other_in;      /* and the purger, or another thread's malloc_trim */
-  _Atomic uint32_t lock;         /* the same as a spin lock, without membarrier */
 #if HM_DEBUG_ON
   _Atomic(const void *) holder;  /* (debug build) the thread holding the lock (heap_held) */
 #endif
@@ -151,6 +152,7 @@ static inline void heap_page_keys(heap_t *h, page_t *pg) {
   page_set_key(pg, mark, heap_rand(h) ^ h->tc_key);
 }
 #define HEAP_RESET_SIZE offsetof(heap_t, owner_in)   /* (the lock is held across the reset) */
+_Static_assert(offsetof(heap_t, user) >= HEAP_RESET_SIZE, "user is not cleared with the rest (remote_free reads it)");
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */
