@@ -43,7 +43,6 @@
 #define RB_SPARES 4                         /* empty buffers a heap keeps from its inbox */
 #define RB_DEPTH  4096                      /* buffers an inbox takes (more: unbuffered, remote_send) */
 #define RB_KEEP   RB_MAX                    /* spare buffers a heap keeps after a flush */
-#define INBOX_CLOSED ((rbuf_t *)1)          /* the owner exited: send nothing */
 _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
 bool hm_remote_on;
@@ -83,20 +82,29 @@ static void rb_home(rbuf_t *o) {
   while (!atomic_compare_exchange_weak_explicit(&home->rb_back, &top, o, memory_order_release, memory_order_relaxed));
 }
 
-/* An empty buffer for h's next send, or NULL (h has made RB_MAX of them and
- * none is back).  (owner, tc_busy) */
+/* The buffers sent back to h join its spares; false if none came.  (owner) */
+static bool rb_back_to_spares(heap_t *h) {
+  rbuf_t *o = atomic_load_explicit(&h->rb_back, memory_order_relaxed) ?
+              atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire) : NULL;
+  if (!o) return false;
+  for (rbuf_t *next; o; o = next) {
+    next = o->next;
+    o->next = h->rb_spare;
+    h->rb_spare = o;
+    h->rb_spares++;
+  }
+  return true;
+}
+
+/* An empty buffer for h's next send, or NULL (all of h's buffers are out:
+ * rb_grow makes more).  (owner, tc_busy) */
 static rbuf_t *rb_take(heap_t *h) {
+  hm_assert(h->rb_made <= RB_MAX && !h->rb_spares == !h->rb_spare);
   rbuf_t *o = h->rb_spare;
-  hm_assert(h->rb_made <= RB_MAX && !h->rb_spares == !o);
+  if (!o && rb_back_to_spares(h)) o = h->rb_spare;
   if (o) {
     h->rb_spare = o->next;
     h->rb_spares--;
-    return o;
-  }
-  if (atomic_load_explicit(&h->rb_back, memory_order_relaxed) &&
-      (o = atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire)) != NULL) {
-    h->rb_spare = o->next;                      /* the rest are spare */
-    for (rbuf_t *q = o->next; q; q = q->next) h->rb_spares++;
     return o;
   }
   if (h->rb_made == RB_MAX) return NULL;
@@ -127,14 +135,7 @@ static bool rb_grow(heap_t *h) {
 /* Free the buffers of h's own making among its spares beyond keep (the
  * owner, outside tc_enter: rb_take is its alone). */
 static void rb_trim(heap_t *h, uint32_t keep) {
-  rbuf_t *back = atomic_load_explicit(&h->rb_back, memory_order_relaxed) ?
-                 atomic_exchange_explicit(&h->rb_back, NULL, memory_order_acquire) : NULL;
-  for (rbuf_t *next; back; back = next) {       /* (the ones sent back join the spares) */
-    next = back->next;
-    back->next = h->rb_spare;
-    h->rb_spare = back;
-    h->rb_spares++;
-  }
+  rb_back_to_spares(h);
   if (h->rb_spares <= keep) return;
   rbuf_t **at = &h->rb_spare, *o, *gone = NULL;
   while ((o = *at) != NULL && h->rb_spares > keep) {
