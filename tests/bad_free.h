@@ -242,10 +242,7 @@ static int names_error(const char *msg, const char *expect) {
  * The heap a fork inherits from the cases before would decide where its
  * blocks go; a fresh process's heap is the one a program starts with. */
 static const struct bad_case *bad_current;
-static char bad_self[4096];                     /* (readlink: valgrind names the program, not itself) */
 __attribute__((constructor)) static void bad_case_fresh(int argc, char **argv) {
-  ssize_t k = readlink("/proc/self/exe", bad_self, sizeof bad_self - 1);
-  bad_self[k > 0 ? k : 0] = 0;
   if (argc != 4 || strcmp(argv[1], "--bad-case")) return;
   target_fd = atoi(argv[3]);
   bad_cases[atoi(argv[2])].run();
@@ -256,7 +253,7 @@ static void bad_case_exec(void) {
   snprintf(idx, sizeof idx, "%d", (int)(bad_current - bad_cases));
   snprintf(fd, sizeof fd, "%d", target_fd);
   char *argv[] = {"bad_case", "--bad-case", idx, fd, NULL};
-  execv(bad_self, argv);
+  execv(test_self_exe(), argv);
   _exit(4);
 }
 

@@ -32,6 +32,7 @@
  * Exit status: 0 iff every case passed. */
 #ifndef HAKMEM_TEST_H
 #define HAKMEM_TEST_H
+#include <dirent.h>
 #include <linux/membarrier.h>
 #include <signal.h>
 #include <stdint.h>
@@ -122,6 +123,34 @@ static inline int test_sanitized(void) {
 }
 
 /* ---- helpers the programs share ---------------------------------------------- */
+
+/* This program's path, to exec it again for a case that needs a fresh
+ * process (readlink: under valgrind, /proc/self/exe is valgrind's). */
+static inline const char *test_self_exe(void) {
+  static char path[4096];
+  if (!path[0]) {
+    ssize_t k = readlink("/proc/self/exe", path, sizeof path - 1);
+    path[k > 0 ? k : 0] = 0;
+  }
+  return path;
+}
+
+/* How many of this process's threads are hakmem's purger (it names itself
+ * hakmem-purge). */
+static inline int test_purger_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f) && !strncmp(comm, "hakmem-purge", 12)) n++;
+    fclose(f);
+  }
+  if (d) closedir(d);
+  return n;
+}
 
 /* The process's resident set in KiB (/proc/self/statm). */
 static inline long test_rss_kib(void) {

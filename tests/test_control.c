@@ -5,7 +5,6 @@
 #include "test.h"
 #include "hakmem.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -112,21 +111,6 @@ TEST(purge_delay_change_takes_effect) {
 
 /* ---- the purger thread ------------------------------------------------------- */
 
-static int purgers(void) {
-  DIR *d = opendir("/proc/self/task");
-  int n = 0;
-  for (struct dirent *e; d && (e = readdir(d));) {
-    char path[64], comm[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(comm, sizeof comm, f) && !strncmp(comm, "hakmem-purge", 12)) n++;
-    fclose(f);
-  }
-  if (d) closedir(d);
-  return n;
-}
-
 static atomic_int worker_stop;
 static void *worker(void *arg) {
   (void)arg;
@@ -141,7 +125,7 @@ static void *worker(void *arg) {
  * allocates too, so that two threads have heaps. */
 static bool wait_purgers(int want) {
   for (int i = 0; i < 300; i++) {
-    if ((purgers() > 0) == (want > 0)) return true;
+    if ((test_purger_threads() > 0) == (want > 0)) return true;
     hakmem_free(hakmem_malloc(300 << 10));
     test_sleep_ms(10);
   }
@@ -157,7 +141,7 @@ TEST(background_stops_and_starts_the_purger) {
   /* (joined: the kernel takes its task out of /proc a moment after) */
   CHECKF(wait_purgers(0), "the purger is still there once background is set to 0");
   test_sleep_ms(100);
-  CHECKF(purgers() == 0, "a purger came back with background 0");
+  CHECKF(test_purger_threads() == 0, "a purger came back with background 0");
   CHECK(hakmem_option_set("background", 1) == 0);
   CHECKF(wait_purgers(1), "no purger thread again after background is set to 1");
   atomic_store(&worker_stop, 1);

@@ -10,7 +10,6 @@
  * a time limit (a hang is killed and fails) and checks how it ended. */
 #include "test.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -103,33 +102,15 @@ static void *churn_thread(void *arg) {
   return NULL;
 }
 
-/* Is one of this process's threads the purger (named hakmem-purge)?  (Not
- * a count of threads: a worker that ended before the purger came up would
- * leave the count unchanged.) */
-static bool purger_running(void) {
-  DIR *d = opendir("/proc/self/task");
-  struct dirent *e;
-  bool found = false;
-  while (d && !found && (e = readdir(d)) != NULL) {
-    char path[64], comm[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%.20s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    found = fgets(comm, sizeof comm, f) && strncmp(comm, "hakmem-purge", 12) == 0;
-    fclose(f);
-  }
-  if (d) closedir(d);
-  return found;
-}
-
-/* Until the purger runs (up to 4 s); at once with HAKMEM_BACKGROUND=0,
- * which has none. */
+/* Until the purger runs (up to 4 s), found by its name: a count of threads
+ * would miss it when a worker ended before it came up.  At once with
+ * HAKMEM_BACKGROUND=0, which has none. */
 static bool purger_started(void) {
   const char *bg = getenv("HAKMEM_BACKGROUND");
   if (bg && strcmp(bg, "0") == 0) return true;
   for (int i = 0; i < 800; i++) {
     free(malloc(100000));               /* malloc's slow path starts it */
-    if (purger_running()) return true;
+    if (test_purger_threads() > 0) return true;
     test_sleep_ms(5);
   }
   return false;

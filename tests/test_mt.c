@@ -629,7 +629,7 @@ TEST(remote_frees_all_buffered) {
   pthread_create(&t, NULL, inbox_freer, NULL);
   pthread_join(t, NULL);                /* its exit sends what it holds */
   size_t waiting = 0, buffers = 0;
-  for (rbuf_t *o = atomic_load(&h->inbox); o && o != (rbuf_t *)1; o = o->next) {
+  for (rbuf_t *o = atomic_load(&h->inbox); o && o != INBOX_CLOSED; o = o->next) {
     waiting += o->n;
     buffers++;
   }

@@ -330,10 +330,7 @@ TEST(blocks_up_to_a_segment_are_large) {
  * above may have grown it (under valgrind, a block freed and taken again
  * outlives the delay and is purged in between): so the case runs in a fresh
  * process, exec'd for it. */
-static char self_path[4096];                    /* (readlink: valgrind names the program, not itself) */
 __attribute__((constructor)) static void old_copy_probe(int argc, char **argv) {
-  ssize_t k = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-  self_path[k > 0 ? k : 0] = 0;
   if (argc < 2 || strcmp(argv[1], "--old-copy-probe")) return;
   size_t n = 8u << 20;
   char *a = hakmem_malloc(n), *b = hakmem_malloc(2 * n);
@@ -351,7 +348,7 @@ __attribute__((constructor)) static void old_copy_probe(int argc, char **argv) {
 }
 static void exec_old_copy_probe(void) {
   char *argv[] = {"test_sizeclass", "--old-copy-probe", NULL};
-  execv(self_path, argv);
+  execv(test_self_exe(), argv);
   _exit(4);
 }
 TEST(growing_buffer_old_copy_purged) {
