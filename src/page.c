@@ -142,7 +142,8 @@ bool page_unreachable(page_t *pg, uint32_t elsewhere) {
   uint32_t used = count_load_acquire(&pg->used);
   if (used == 0 || used < elsewhere) return false;
   uint32_t want = used - elsewhere, n = 0;
-  uintptr_t b = TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_acquire));
+  uintptr_t tf = atomic_load_explicit(&pg->thread_free, memory_order_acquire), b = TF_PTR(tf);
+  if (TF_COUNT(tf) != want) return false;    /* (the list's count: no walk over other threads' lines) */
   while (b && n <= want) {
     if (b - (uintptr_t)pg->start >= page_area(pg)) return false;    /* a bad link: leave it to the owner */
     n++;
