@@ -232,6 +232,7 @@ void heap_enter(heap_t *h) {
   if (unlikely(h->tc_parked)) tcache_resume(h);   /* the purger took the caches */
   atomic_store_explicit(&h->slow_ops, atomic_load_explicit(&h->slow_ops, memory_order_relaxed) + 1,
                         memory_order_relaxed);
+  if (unlikely(atomic_load_explicit(&h->quiet.trimmed_ms, memory_order_relaxed))) purge_owner_back(h);
   if (unlikely(atomic_load_explicit(&h->idle, memory_order_relaxed))) {
     /* the purger stopped watching us: we are busy again, so watch */
     atomic_store_explicit(&h->idle, 0, memory_order_relaxed);

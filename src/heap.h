@@ -46,6 +46,23 @@ typedef struct {
 #define DIRECT_N      (DIRECT_BIG(MEDIUM_MAX) + 1)
 static inline size_t direct_size(size_t i) { return i <= DIRECT_16_MAX / 16 ? i * 16 : (i - DIRECT_BIG(0)) * 512; }
 
+/* When the purger trims a quiet heap (purge.c): once its slow paths have not
+ * run for its wait, which grows when its thread comes back soon after a trim
+ * and shrinks when it stays away. */
+typedef struct {
+  uint64_t seen_ops;             /* (purger) slow_ops when it last looked, */
+  uint64_t since_ms;             /* (purger) and since when they have not moved */
+  _Atomic uint64_t trimmed_ms;   /* the last trim, 0 once the owner is back (purge_owner_back) */
+  _Atomic uint32_t wait_ms;      /* quiet that long before a trim; 0: the purge delay's */
+  _Atomic uint32_t retrims;      /* trims since the owner was last back */
+} quiet_t;
+/* A new thread takes the heap: nothing learnt of it yet. */
+static inline void quiet_reset(quiet_t *q) {
+  atomic_store_explicit(&q->trimmed_ms, 0, memory_order_relaxed);
+  atomic_store_explicit(&q->wait_ms, 0, memory_order_relaxed);
+  atomic_store_explicit(&q->retrims, 0, memory_order_relaxed);
+}
+
 /* A heap belongs to one thread.  Its fast paths take no lock; its slow paths
  * hold heap->lock, which the purger (purge.c) also takes when it returns the
  * memory of a heap whose thread stopped calling the allocator. */
@@ -122,7 +139,7 @@ typedef struct heap_s {
                                     pops instead (profile_malloc) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
-  uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
+  quiet_t quiet;                 /* when the purger trims it (purge.c) */
   _Atomic(rbuf_t *) inbox;       /* buffers of this heap's blocks other threads freed */
   _Atomic(rbuf_t *) rb_back;     /* buffers this heap made, sent back empty */
   /* its buffers for other heaps' blocks, touched as they are first used */

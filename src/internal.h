@@ -453,6 +453,7 @@ static inline void purge_start_if_wanted(void) {
   if (unlikely(atomic_load_explicit(&hm_purge_wanted, memory_order_relaxed))) purge_start();
 }
 void purge_idle_heaps(heap_t *except);             /* malloc_trim: trim every idle heap now */
+void purge_owner_back(heap_t *h);                  /* (owner, locked) its first slow path since a trim */
 void purge_background_changed(void);               /* hakmem_option_set of HAKMEM_BACKGROUND */
 void purge_fork_prepare(void), purge_fork_parent(void), purge_fork_child(bool locked);
 

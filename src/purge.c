@@ -5,7 +5,7 @@
  * frees a burst of blocks and then waits for work would keep all of it: its
  * emptied slices are never purged, and the blocks other threads freed into
  * its pages are never even collected.  So every so often the purger looks at
- * each heap; one whose slow paths have not run since the last look it locks
+ * each heap; one whose slow paths have not run for its wait (below) it locks
  * and trims (heap_trim_idle): pages no thread can reach go back to their
  * segments, and free slices to the OS once their delay has passed.  The
  * owner's fast paths take no lock and need none: the purger leaves alone the
@@ -121,6 +121,47 @@ void purge_watch(void) {
 
 static uint64_t min_due(uint64_t a, uint64_t b) { return !a ? b : !b ? a : a < b ? a : b; }
 
+/* ---- when a quiet heap is trimmed ------------------------------------------
+ * A heap is trimmed once its slow paths have not run for its wait, at first
+ * the poll's base.  A thread that comes back within QUIET_MAX_MS of a trim
+ * (one that takes turns with others on a lock, as an interpreter's threads
+ * on its global lock do) was trimmed for nothing, its caches and pages to be
+ * filled again: its wait doubles, up to QUIET_MAX_MS.  One that stays away
+ * longer has it halved.  A heap trimmed again before its thread is back
+ * (other threads' frees woke it) waits twice as long each time. */
+#define QUIET_MAX_MS POLL_MAX_MS
+
+static uint64_t quiet_wait(const quiet_t *q) {
+  uint64_t w = atomic_load_explicit(&q->wait_ms, memory_order_relaxed);
+  return w ? w : poll_base();
+}
+
+/* When h, quiet since q->since_ms, is due for a trim. */
+static uint64_t quiet_due(const quiet_t *q) {
+  uint64_t t = atomic_load_explicit(&q->trimmed_ms, memory_order_relaxed);
+  uint32_t k = atomic_load_explicit(&q->retrims, memory_order_relaxed);
+  uint64_t w = quiet_wait(q) << (k < 7 ? k : 7);
+  return (t > q->since_ms ? t : q->since_ms) + (w < QUIET_MAX_MS ? w : QUIET_MAX_MS);
+}
+
+/* (purger, h locked) h was trimmed now. */
+static void quiet_trimmed(quiet_t *q, uint64_t now) {
+  if (atomic_load_explicit(&q->trimmed_ms, memory_order_relaxed))
+    atomic_store_explicit(&q->retrims, atomic_load_explicit(&q->retrims, memory_order_relaxed) + 1, memory_order_relaxed);
+  atomic_store_explicit(&q->trimmed_ms, now, memory_order_relaxed);
+}
+
+void purge_owner_back(heap_t *h) {
+  hm_assert(heap_held(h));
+  quiet_t *q = &h->quiet;
+  uint64_t now = os_now_ms(), t = atomic_load_explicit(&q->trimmed_ms, memory_order_relaxed), w = quiet_wait(q);
+  w = now < t + QUIET_MAX_MS ? 2 * w : w / 2;
+  w = w < poll_base() ? poll_base() : w > QUIET_MAX_MS ? QUIET_MAX_MS : w;
+  atomic_store_explicit(&q->wait_ms, (uint32_t)w, memory_order_relaxed);
+  atomic_store_explicit(&q->retrims, 0, memory_order_relaxed);
+  atomic_store_explicit(&q->trimmed_ms, 0, memory_order_relaxed);
+}
+
 /* One look at every heap, the parked ones, the abandoned segments and the
  * caches; returns when something is due next (0: nothing), and in *watch
  * when to look again at heaps that were busy (0: none was).  *poll backs off
@@ -132,9 +173,14 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
   for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire)) {
     if (atomic_load_explicit(&h->idle, memory_order_relaxed)) continue;
     uint64_t ops = atomic_load_explicit(&h->slow_ops, memory_order_relaxed);
-    if (ops != h->seen_ops) {                  /* busy: it trims itself, unless its thread parked it */
-      h->seen_ops = ops;
-      if (!atomic_load_explicit(&h->parked_ms, memory_order_relaxed)) { watching = true; continue; }
+    bool parked = atomic_load_explicit(&h->parked_ms, memory_order_relaxed) != 0;
+    if (ops != h->quiet.seen_ops) {            /* busy: it trims itself, unless its thread parked it */
+      h->quiet.seen_ops = ops;
+      h->quiet.since_ms = now;
+      if (!parked) { watching = true; continue; }
+    } else if (!parked && now < quiet_due(&h->quiet)) {
+      next = min_due(next, quiet_due(&h->quiet));
+      continue;
     }
     if (!heap_trylock(h)) { watching = true; continue; }
     hm_assert(heap_held(h) && in_purger);
@@ -144,7 +190,10 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
      * look, a send in between waited for the owner's next slow path. */
     atomic_store_explicit(&h->idle, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (h->live) trimmed |= heap_trim_idle(h);
+    if (h->live) {
+      trimmed |= heap_trim_idle(h);
+      if (!parked) quiet_trimmed(&h->quiet, now);
+    }
     if (h->live && h->next_purge_ms) {
       next = min_due(next, h->next_purge_ms);
       atomic_store_explicit(&h->idle, 0, memory_order_relaxed);

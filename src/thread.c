@@ -158,6 +158,7 @@ static heap_t *parked_take(void) {
     parked = h->next_free;
     parked_count--;
     atomic_store_explicit(&h->parked_ms, 0, memory_order_relaxed);
+    quiet_reset(&h->quiet);
   }
   pthread_mutex_unlock(&heaps_lock);
   return h;
@@ -179,6 +180,7 @@ heap_t *heap_made(void) {
   h->live = true;
   atomic_store_explicit(&h->parked_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&h->idle, 0, memory_order_relaxed);
+  quiet_reset(&h->quiet);
   remote_open(h);
   heap_unlock_raw(h);
   return h;

@@ -94,7 +94,7 @@ TEST(rss_falls_back_while_threads_wait) {
 #define MAILBOX 4096
 static _Atomic(uintptr_t) mailbox[MAILBOX];
 static atomic_int race_errors;
-static _Atomic int race_stop;
+#define RACER_LIFE_MS 300                      /* then a new thread: the purger has learnt nothing of it */
 
 /* A kept block describes itself: its size and tag, then a pattern of both. */
 static void stamp(unsigned char *p, size_t n, uint64_t tag) {
@@ -119,8 +119,8 @@ static void *racer(void *arg) {
   unsigned char *keep[KEEP] = {0};
   unsigned char *ring[8] = {0};               /* the quiet spell's cached-size blocks */
   void *burst[512];
-  uint64_t round = 0;
-  while (!atomic_load(&race_stop)) {
+  uint64_t round = 0, end = test_now_ms() + RACER_LIFE_MS;
+  while (test_now_ms() < end) {
     round++;
     /* burst: allocate, hand a third to the mailbox, free the rest, renew some kept blocks */
     int nb = 64 + (int)(test_rand(&r) % 448);
@@ -181,13 +181,15 @@ TEST(purger_races_owner_fast_paths) {
   hakmem_stats_t a, b;
   hakmem_stats_get(&a);
   pthread_t th[RW];
-  for (int i = 0; i < RW; i++) pthread_create(&th[i], NULL, racer, (void *)(intptr_t)i);
-  test_sleep_ms(test_sanitized() ? 1500 : 3000);
-  atomic_store(&race_stop, 1);
-  for (int i = 0; i < RW; i++) pthread_join(th[i], NULL);
+  uint64_t end = test_now_ms() + (test_sanitized() ? 1500 : 3000);
+  int generations = 0;
+  for (; test_now_ms() < end; generations++) {
+    for (int i = 0; i < RW; i++) pthread_create(&th[i], NULL, racer, (void *)(intptr_t)i);
+    for (int i = 0; i < RW; i++) pthread_join(th[i], NULL);
+  }
   for (int i = 0; i < MAILBOX; i++) hakmem_free((void *)atomic_exchange(&mailbox[i], 0));
   hakmem_stats_get(&b);
-  NOTE("%zu MiB purged meanwhile", (b.purged - a.purged) >> 20);
+  NOTE("%zu MiB purged meanwhile, %d generations of %d threads", (b.purged - a.purged) >> 20, generations, RW);
   CHECKF(atomic_load(&race_errors) == 0, "%d corrupted blocks or failed allocations", atomic_load(&race_errors));
   CHECK(b.purged > a.purged);
 }
@@ -302,6 +304,48 @@ TEST(quiet_thread_remote_frees_reach_owner) {
   if (!test_sanitized())
     CHECKF(now - base < 1024, "%ld KiB still resident: A's pages not given back (the last %d frees, one block of "
            "each of %d pages, not sent on, or the purger not watching A and B)", now - base, RB_PAGES, RB_PAGES);
+}
+
+/* ---- a thread that takes turns ---------------------------------------------------
+ * A thread that waits a little between bursts of work, as an interpreter's
+ * threads wait for its global lock, comes back soon after each trim: the
+ * purger learns to wait longer for it (purge.c, quiet_t) rather than take
+ * its caches and pages at every turn, and still trims it once it stays
+ * away. */
+#define TURNS 40
+static int turns_trimmed;
+static bool long_trimmed;
+static uint64_t long_ms;
+
+static void *turn_taker(void *arg) {
+  (void)arg;
+  heap_t *h = NULL;
+  for (int i = 0; i < TURNS; i++) {
+    void *p = hakmem_malloc(512 << 10);        /* above the classes: a slow path, the heap is busy */
+    memset(p, 1, 4096);
+    hakmem_free(p);
+    h = hm_tls_heap;
+    test_sleep_ms(20);                         /* quiet, past the purger's 5 ms poll here */
+    turns_trimmed += atomic_load_explicit(&h->idle, memory_order_relaxed) != 0;
+  }
+  uint64_t t0 = test_now_ms();
+  while (!atomic_load_explicit(&h->idle, memory_order_relaxed) && test_now_ms() - t0 < 5000) test_sleep_ms(10);
+  long_trimmed = atomic_load_explicit(&h->idle, memory_order_relaxed) != 0;
+  long_ms = test_now_ms() - t0;
+  return NULL;
+}
+
+TEST(turn_taking_thread_trimmed_once_it_stays_away) {
+  test_companion_start();                      /* the purger runs (two threads have a heap) */
+  pthread_t t;
+  pthread_create(&t, NULL, turn_taker, NULL);
+  pthread_join(t, NULL);
+  NOTE("trimmed after %d of %d turns of 20 ms; then %s after %llu ms away", turns_trimmed, TURNS,
+       long_trimmed ? "trimmed" : "not trimmed", (unsigned long long)long_ms);
+  CHECKF(turns_trimmed >= 1, "never trimmed while it took turns: is the purger running?");
+  CHECKF(turns_trimmed <= TURNS / 4, "trimmed after %d of %d turns: the purger does not learn that it comes back",
+         turns_trimmed, TURNS);
+  CHECKF(long_trimmed, "not trimmed after %llu ms away", (unsigned long long)long_ms);
 }
 
 /* ---- an exited thread's free memory ---------------------------------------------- */
