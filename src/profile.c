@@ -1,22 +1,45 @@
 /* profile.c — the sampling heap profiler: HAKMEM_PROFILE=PREFIX.
  *
  * Sampling.  Allocated bytes are sampled as a Poisson process of rate one
- * per HAKMEM_PROFILE_RATE bytes (R): each thread counts down the bytes to its
- * next sample point, drawn from the exponential distribution of mean R, and
- * the allocation that crosses it is sampled.  An allocation of n bytes is
- * then sampled with probability 1 - exp(-n/R), so each sample stands for
- * n / (1 - exp(-n/R)) bytes: the sums of these weights are unbiased
- * estimates of the bytes allocated, and of those still live, per call stack
- * (the estimator of tcmalloc and jemalloc).
+ * per HAKMEM_PROFILE_RATE bytes (R), whose disjoint pieces are independent:
+ * each block size class is a piece of its own.  A block of class c (of s_c
+ * bytes) is sampled with probability p_c = 1 - exp(-s_c/R), independently of
+ * the others, so each heap (a thread's, or a first-class heap) counts down,
+ * per class, the blocks to its next sample (heap_t.sample_left): G_c, geometric of parameter p_c (1 + floor(E / s_c) for E
+ * exponential of mean R), drawn again at each sample.  A sample of n bytes
+ * asked stands for n / p_c bytes: the sums of these weights are unbiased
+ * estimates of the bytes asked, allocated and still live, per call stack
+ * (Horvitz-Thompson, as tcmalloc's and jemalloc's estimator).  Blocks above
+ * the classes count down bytes instead, drawn exponential of mean R: one of
+ * n bytes is sampled with probability 1 - exp(-n/R) and weighs n / (1 -
+ * exp(-n/R)).
  *
- * The countdown.  Profiling is a slow mode: malloc's lists stay at the empty
- * page, so every malloc misses its fast path, and the miss goes to
- * profile_malloc (hm_malloc_profiled, set at start-up): it counts the bytes
- * down and pops the block from the list the fast path would have popped
- * (heap_t.current), with the fast path's code.  An empty list, or a block
- * above the size classes, takes the slow path, which counts its bytes too
+ * Windows.  Profiling is a slow mode, but malloc keeps its fast path: the
+ * direct[] entries of class c point at the heap's window of the class
+ * (heap_t.window), a free list of blocks taken off the free list of the
+ * page the heap allocates from (heap_t.current) with that list's key and
+ * check, so that the fast path pops it unchanged.  The fast path misses
+ * when the window is empty, and the miss goes to profile_malloc
+ * (hm_malloc_profiled, set at start-up): it pops the page's next block,
+ * samples it if it is the class's sampled block, and else moves the blocks
+ * up to the next sampled one (or the page's whole list) into the window
+ * and takes them off the countdown: every pop of a window is an allocation
+ * not sampled, and the next miss of the class is its next sample (or a
+ * refill).  The window's blocks count as in use on their page, which then
+ * is neither retired nor taken by the purger while they wait (a quiet
+ * thread's windows keep at most a page of each class; the purger leaves
+ * them alone); they look free, so freeing one is a double free, reported
+ * (heap_block_free).  Frees never push on a window: the owner's go to the
+ * page (the thread caches are off while profiling, tcache.c).  The windows
+ * go back to their pages when every free block of the heap must be seen:
+ * malloc_trim, the thread's exit, a heap given back (heap_collect_all).  A
+ * first-class heap's windows stay empty: only the fast path of a thread's
+ * own heap misses into profile_malloc.  A forked child draws its own
+ * countdowns, past the blocks its windows hold.  An empty page list, or a
+ * block above the classes, takes the slow path, which counts the allocation
  * (profile_alloc), as do the other slow paths (aligned, realloc's growth).
- * With profiling off none of this runs: the miss goes to heap_malloc_slow.
+ * With profiling off none of this runs: the entries point at the pages and
+ * caches, and the miss goes to heap_malloc_slow.
  *
  * Stacks (profile_stack.c) are walked by the rules of the unwind tables
  * (.eh_frame, as libgcc's unwinder reads them), each return address's rule
@@ -36,11 +59,13 @@
  * filter of counts by address hash: one load for a block that was not
  * sampled.  Frees reach the profiler only on pages marked slow, those
  * holding samples (below), and from other threads; the rest keep their fast
- * path.  The lock is taken with no signal blocked: a thread holding it
- * marks itself (in_tables), and a signal handler that frees a sampled block
- * on that thread leaves the block to it, to be taken out of the tables when
- * it lets the lock go (profile_free); fork from such a handler leaves the
- * lock to the code it interrupted (profile_fork_*).  Reports: profile_dump.c. */
+ * path, and the owner's on a marked page take a short one
+ * (profile_free_local: the filter, and the push free's fast path makes).
+ * The lock is taken with no signal blocked: a thread holding it marks
+ * itself (in_tables), and a signal handler that frees a sampled block on
+ * that thread leaves the block to it, to be taken out of the tables when it
+ * lets the lock go (profile_free); fork from such a handler leaves the lock
+ * to the code it interrupted (profile_fork_*).  Reports: profile_dump.c. */
 #include "hot.h"
 #include "options.h"
 #include "profile.h"
@@ -56,8 +81,10 @@
 bool hm_profiling;
 profile_tables_t hm_prof = { .lock = PTHREAD_MUTEX_INITIALIZER, .err_fd = -1 };
 
-static __thread int64_t until;    /* bytes to this thread's next sample point */
+static __thread int64_t until;    /* bytes to this thread's next sample point above the classes */
+static __thread bool until_drawn; /* its first point is drawn */
 static __thread uint64_t rng;     /* 0 until the thread's first draw */
+static double class_odds[CLASSES];   /* a block of class c is sampled with probability 1 - exp(-size/R) */
 __thread bool hm_prof_busy;
 static __thread bool in_tables;   /* this thread takes or holds the lock */
 #define DEFERRED 16
@@ -90,7 +117,8 @@ static double one_minus_exp_neg(double x) {
   return 1 - e;
 }
 
-static uint64_t next_random(void) {        /* xorshift64* */
+static uint64_t next_random(void) {        /* xorshift64*, seeded at the thread's first draw */
+  if (unlikely(!rng)) rng = (hash_ptr((uintptr_t)&until) ^ os_random()) | 1;
   rng ^= rng >> 12;
   rng ^= rng << 25;
   rng ^= rng >> 27;
@@ -98,10 +126,20 @@ static uint64_t next_random(void) {        /* xorshift64* */
 }
 
 /* Bytes to the next sample point: exponential, mean rate. */
-static int64_t draw(void) {
+static double exponential(void) {
   double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1) */
-  double d = -ln(u) * (double)hm_prof.rate;
+  return -ln(u) * (double)hm_prof.rate;
+}
+static int64_t draw(void) {
+  double d = exponential();
   return d < 1 ? 1 : d > 4e18 ? (int64_t)4e18 : (int64_t)d;
+}
+/* Blocks of class c up to and including the next sampled one: geometric,
+ * of parameter 1 - exp(-size/R), as 1 + floor(E / size) is for E
+ * exponential of mean R (P(more than k) = P(E >= k size) = exp(-k size/R)). */
+static int64_t draw_blocks(size_t c) {
+  double g = 1 + exponential() / (double)class_size(c);
+  return g > 4e18 ? (int64_t)4e18 : (int64_t)g;
 }
 
 /* ---- the lock ------------------------------------------------------------------- */
@@ -198,14 +236,15 @@ static void sample_delete(sample_t *s) {
  * huge) are always slow (their flags are never clear), and so is every
  * page when the calls are counted (stats, secure: hm_page_flags). */
 
-/* The page of a size class block p if pages are marked, or NULL. */
-static page_t *class_page(const void *p) {
-  if (hm_page_flags & PAGE_SLOW) return NULL;
+/* The page of p if it is a size class block, or NULL. */
+static page_t *page_of_class(const void *p) {
   segment_t *s = segment_checked(p);
   if (!s) return NULL;
   page_t *pg = page_of(s, p);
   return pg->cls < CLASSES ? pg : NULL;
 }
+/* The same if pages are marked. */
+static page_t *class_page(const void *p) { return hm_page_flags & PAGE_SLOW ? NULL : page_of_class(p); }
 
 static _Atomic uint32_t *page_filter_of(const page_t *pg) { return &hm_prof.page_filter[(hash_ptr((uintptr_t)pg) >> 20) & (FILTER - 1)]; }
 
@@ -263,26 +302,18 @@ static void warm_up(void) {
 
 static pthread_once_t warm_once = PTHREAD_ONCE_INIT;
 
-/* The allocation p of n bytes took this thread past its sample point (or
- * is its first): p, sampled.  Not sampled while the thread samples, dumps
- * or holds the lock (a signal handler's allocation then): the next point is
- * drawn from there, as the process is memoryless, so the other allocations'
+/* p, an allocation of n bytes sampled with probability odds, recorded with
+ * the weight n / odds.  Not recorded while the thread samples, dumps or
+ * holds the lock (a signal handler's allocation then): the next sample is
+ * drawn from there, as the draws are memoryless, so the other allocations'
  * odds stay as they were. */
-static HM_NOINLINE void *sample_due(void *p, size_t n) {
-  if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
-    profile_dump_pending();
-  if (!rng) {                               /* the thread's first: draw its first point */
-    rng = (hash_ptr((uintptr_t)&until) ^ os_random()) | 1;
-    until += draw();
-    if (until > 0) return p;
-  }
-  until = draw();
-  if (hm_prof_busy || in_tables) return p;
+static HM_NOINLINE void sample(void *p, size_t n, double odds) {
+  if (hm_prof_busy || in_tables) return;
   hm_prof_busy = true;
   pthread_once(&warm_once, warm_up);
   void *raw[FRAMES + 16];
   int got = profile_stack(raw, FRAMES + 16);
-  int skip = 1;                             /* sample_due itself */
+  int skip = 1;                             /* sample itself */
   if (hm_prof.self_hi)
     while (skip < got && (uintptr_t)raw[skip] >= hm_prof.self_lo && (uintptr_t)raw[skip] < hm_prof.self_hi) skip++;
   uint32_t depth = got > skip ? (uint32_t)(got - skip) : 0;
@@ -290,7 +321,7 @@ static HM_NOINLINE void *sample_due(void *p, size_t n) {
     depth = FRAMES + 1;
     raw[skip + FRAMES] = NULL;
   }
-  uint64_t weight = (uint64_t)((double)n / one_minus_exp_neg((double)n / (double)hm_prof.rate) + 0.5);
+  uint64_t weight = (uint64_t)((double)n / odds + 0.5);
 
   page_t *pg = class_page(p);
   bool mark = false;
@@ -319,29 +350,160 @@ static HM_NOINLINE void *sample_due(void *p, size_t n) {
   profile_unlock();
   if (mark) page_mark(pg, true);
   hm_prof_busy = false;
+}
+
+/* A block of class c allocated by h's thread: is it the class's sampled
+ * one?  (Each is, with probability class_odds[c], independently.) */
+static bool class_due(heap_t *h, size_t c) {
+  int64_t *left = &h->sample_left[c];
+  if (!*left) *left = draw_blocks(c);     /* the class's first */
+  if (--*left > 0) return false;
+  *left = draw_blocks(c);
+  return true;
+}
+
+/* An allocation of n bytes above the classes took this thread past its
+ * sample point (or is its first): sample p? */
+static HM_NOINLINE void bytes_due(void *p, size_t n) {
+  if (!until_drawn) {                       /* the first: draw its first point */
+    until_drawn = true;
+    until += draw();
+    if (until > 0) return;
+  }
+  until = draw();
+  sample(p, n, one_minus_exp_neg((double)n / (double)hm_prof.rate));
+}
+
+static void dump_if_wanted(void) {
+  if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
+    profile_dump_pending();
+}
+
+/* ---- windows -------------------------------------------------------------------- */
+
+static page_t *page_of_list(list_t *l) { return (page_t *)((uintptr_t)l - offsetof(page_t, list)); }
+
+/* Fill h's empty window of class c from pg, the class's first page: the
+ * blocks of its free list up to the class's next sampled allocation, the
+ * whole list if it holds no more (no walk), else cut after them.  They
+ * count as in use on pg from now on: pg is neither retired nor taken by the
+ * purger while they wait.  The window's head last: a signal handler's
+ * malloc sees it empty or whole. */
+static void window_fill(heap_t *h, size_t c, page_t *pg) {
+  list_t *w = &h->window[c];
+  int64_t room = h->sample_left[c] - 1;     /* allocations before the sampled one */
+  uintptr_t first = list_head(&pg->list), rest = 0;
+  uint32_t m = pg->capacity - page_used(pg);   /* the blocks on pg's free list */
+  hm_assert(!list_head(w) && pg->cls == c && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
+  if (room <= 0 || !first) return;
+  if (room < m) {
+    m = (uint32_t)room;
+    uintptr_t last = first;
+    for (uint32_t i = 1; i < m; i++) page_check_link(pg, last = block_next(pg, last));
+    if ((rest = block_next(pg, last))) page_check_link(pg, rest);
+    ((block_t *)last)[1].word = link_enc(pg->link_key, (void *)last, 0);   /* the window's end */
+  }
+  w->key = pg->link_key;
+  w->check = pg->link_check;
+  count_store(&w->used, 0);
+  __atomic_store_n(&h->window_n[c], m, __ATOMIC_RELAXED);
+  list_set_head(&pg->list, rest);
+  page_set_used(pg, page_used(pg) + m);
+  list_set_head(w, first);
+  h->sample_left[c] -= m;
+}
+
+/* (owner, locked) h's windows go back to their pages, their blocks free
+ * there again, and the countdowns get back the allocations the blocks were
+ * counted for. */
+void profile_windows_return(heap_t *h) {
+  hm_assert(heap_held(h));
+  for (size_t c = 0; c < CLASSES; c++) {
+    list_t *w = &h->window[c];
+    uintptr_t b = list_head(w);
+    if (!b) continue;
+    page_t *pg = page_of(segment_of((void *)b), (void *)b);
+    list_set_head(w, 0);
+    count_store(&w->used, 0);
+    __atomic_store_n(&h->window_n[c], 0, __ATOMIC_RELAXED);
+    while (b) {
+      page_check_link(pg, b);
+      uintptr_t next = link_dec(w->key, (void *)b, ((block_t *)b)[1].word);
+      ((block_t *)b)->word = 0;             /* (freed below: not a double free) */
+      heap_free_slow(pg, (block_t *)b);     /* (pg may go with the last block) */
+      h->sample_left[c]++;
+      b = next;
+    }
+  }
+}
+
+/* (h locked) Is b, a block of pg that looks free, in h's window? */
+bool profile_window_holds(heap_t *h, page_t *pg, uintptr_t b) {
+  if (pg->cls >= CLASSES) return false;
+  list_t *w = &h->window[pg->cls];
+  uintptr_t q = list_head(w);
+  if (!q || page_of(segment_of((void *)q), (void *)q) != pg) return false;
+  for (uint32_t limit = pg->capacity; q && limit--; q = link_dec(w->key, (void *)q, ((block_t *)q)[1].word)) {
+    page_check_link(pg, q);
+    if (q == b) return true;
+  }
+  return false;
+}
+
+/* Blocks waiting in windows, per class, every heap (a snapshot, read apart
+ * from the owners). */
+void profile_window_census(uint64_t *blocks) {
+  if (!atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed)) return;
+  for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire))
+    for (size_t c = 0; c < CLASSES; c++) {
+      uint32_t put = __atomic_load_n(&h->window_n[c], __ATOMIC_RELAXED), popped = count_load(&h->window[c].used);
+      blocks[c] += put > popped ? put - popped : 0;
+    }
+}
+
+/* malloc's fast path missed: its window of class c is empty.  The block
+ * from the class's first page, sampled if it is the class's sampled one,
+ * else the window filled up to the next one; a slow path when the page has
+ * none (it counts the allocation: profile_alloc). */
+void *profile_malloc(heap_t *h, size_t n, size_t c) {
+  dump_if_wanted();
+  list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
+  block_t *b = (block_t *)list_head(l);
+  if (!b) return heap_malloc_slow(h, n, c);   /* (CLASS_LARGE's list: the empty page) */
+  void *p = hm_list_take(l, b);
+  if (unlikely(class_due(h, c))) sample(p, n, class_odds[c]);
+  else window_fill(h, c, page_of_list(l));
   return p;
 }
 
-static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n) { return sample_due(hm_list_take(l, b), n); }
-
-/* malloc's fast path missed: count the bytes down, and pop what it would
- * have popped (the pop last: no frame to keep anything across it). */
-void *profile_malloc(heap_t *h, size_t n, size_t c) {
-  list_t *l;
-  block_t *b;
-  if (unlikely(!(b = (block_t *)list_head(l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire)))))
-    return heap_malloc_slow(h, n, c);          /* (CLASS_LARGE's list: the empty page) */
-  if (unlikely((until -= (int64_t)n) <= 0)) return take_sampled(l, b, n);
-  return hm_list_take(l, b);
-}
-
-/* A slow path allocated p for n bytes. */
+/* A slow path allocated p for n bytes: a block of a class page counts
+ * down its class, a bigger one the bytes. */
 void profile_alloc(void *p, size_t n) {
-  if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
-    profile_dump_pending();
-  if (unlikely((until -= (int64_t)n) <= 0)) sample_due(p, n);
+  dump_if_wanted();
+  page_t *pg = page_of_class(p);
+  if (pg) {
+    size_t c = pg->cls;
+    if (unlikely(class_due(atomic_load_explicit(&pg->heap, memory_order_relaxed), c))) sample(p, n, class_odds[c]);
+  } else if (unlikely((until -= (int64_t)n) <= 0)) {
+    bytes_due(p, n);
+  }
 }
 
+/* The owner's free of p on pg, a class page that is slow only because it
+ * holds samples (its flags are PAGE_SLOW alone, and only the profiler sets
+ * that): the sample ends if p is one (the filter: one load), and p goes on
+ * the page as free's fast path would push it, without the heap lock.  False
+ * for anything else, or a block that looks free (the slow path confirms a
+ * double free, locked). */
+bool profile_free_local(void *p, page_t *pg) {
+  heap_t *h = hm_tls_heap;
+  if (pg->flags != PAGE_SLOW || atomic_load_explicit(&pg->heap, memory_order_relaxed) != h ||
+      !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
+    return false;
+  profile_free(p, pg);
+  hm_owner_push(h, &pg->list, pg, (block_t *)p);
+  return true;
+}
 
 /* The sampled block of s is freed: it leaves the live heap.  (locked; its
  * memory is still mapped) */
@@ -414,6 +576,9 @@ void profile_fork_child(bool locked) {
   if (locked && !in_tables) pthread_mutex_unlock(&hm_prof.lock);
   rng = 0;
   until = 0;
+  until_drawn = false;
+  heap_t *h = hm_tls_heap;
+  if (h != &hm_heap_empty) memset(h->sample_left, 0, sizeof h->sample_left);
 }
 
 /* ---- start and statistics ------------------------------------------------------ */
@@ -441,6 +606,7 @@ void profile_init(void) {
   hm_prof.page_filter = hm_prof.filter + FILTER;
   hm_prof.ntraces = 1;                            /* entry 0: stacks beyond the table */
   hm_prof.rate = hm_options.profile_rate;
+  for (size_t c = 0; c < CLASSES; c++) class_odds[c] = one_minus_exp_neg((double)class_size(c) / (double)hm_prof.rate);
   hm_prof.err_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   strcpy(hm_prof.prefix, prefix);
   if (hm_options.profile_signal) {
