@@ -162,6 +162,7 @@ static inline void heap_page_keys(heap_t *h, page_t *pg) {
 }
 #define HEAP_RESET_SIZE offsetof(heap_t, owner_in)   /* (the lock is held across the reset) */
 _Static_assert(offsetof(heap_t, user) >= HEAP_RESET_SIZE, "user is not cleared with the rest (remote_free reads it)");
+_Static_assert(offsetof(heap_t, sample_left) < HEAP_RESET_SIZE, "a new heap's windows and countdowns start empty");
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */

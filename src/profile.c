@@ -353,13 +353,23 @@ static HM_NOINLINE void sample(void *p, size_t n, double odds) {
 }
 
 /* A block of class c allocated by h's thread: is it the class's sampled
- * one?  (Each is, with probability class_odds[c], independently.) */
-static bool class_due(heap_t *h, size_t c) {
-  int64_t *left = &h->sample_left[c];
-  if (!*left) *left = draw_blocks(c);     /* the class's first */
-  if (--*left > 0) return false;
+ * one?  (Each is, with probability class_odds[c], independently.)  Its
+ * countdown ends, or starts with the class's first block: */
+static HM_NOINLINE bool countdown_end(int64_t *left, size_t c) {
+  if (!*left && (*left = draw_blocks(c)) > 1) {
+    --*left;
+    return false;
+  }
   *left = draw_blocks(c);
   return true;
+}
+HM_INLINE bool class_due(heap_t *h, size_t c) {
+  int64_t *left = &h->sample_left[c];
+  if (likely(*left > 1)) {
+    --*left;
+    return false;
+  }
+  return countdown_end(left, c);
 }
 
 /* An allocation of n bytes above the classes took this thread past its
@@ -383,26 +393,25 @@ static void dump_if_wanted(void) {
 
 static page_t *page_of_list(list_t *l) { return (page_t *)((uintptr_t)l - offsetof(page_t, list)); }
 
-/* Fill h's empty window of class c from pg, the class's first page: the
- * blocks of its free list up to the class's next sampled allocation, the
- * whole list if it holds no more (no walk), else cut after them.  They
- * count as in use on pg from now on: pg is neither retired nor taken by the
- * purger while they wait.  The window's head last: a signal handler's
- * malloc sees it empty or whole. */
-static void window_fill(heap_t *h, size_t c, page_t *pg) {
+/* The list of pg's blocks from first cut after its m-th: the rest. */
+static HM_NOINLINE uintptr_t window_cut(page_t *pg, uintptr_t first, uint32_t m) {
+  uintptr_t last = first, rest;
+  for (uint32_t i = 1; i < m; i++) page_check_link(pg, last = block_next(pg, last));
+  if ((rest = block_next(pg, last))) page_check_link(pg, rest);
+  ((block_t *)last)[1].word = link_enc(pg->link_key, (void *)last, 0);   /* the window's end */
+  return rest;
+}
+
+/* h's empty window of class c gets the first m blocks of pg's free list,
+ * pg the class's first page, rest the blocks after them (cut off:
+ * window_cut).  They count as in use on pg from now on: pg is neither
+ * retired nor taken by the purger while they wait.  The window's head
+ * last: a signal handler's malloc sees it empty or whole. */
+HM_INLINE list_t *window_set(heap_t *h, size_t c, page_t *pg, uint32_t m, uintptr_t rest) {
   list_t *w = &h->window[c];
-  int64_t room = h->sample_left[c] - 1;     /* allocations before the sampled one */
-  uintptr_t first = list_head(&pg->list), rest = 0;
-  uint32_t m = pg->capacity - page_used(pg);   /* the blocks on pg's free list */
-  hm_assert(!list_head(w) && pg->cls == c && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
-  if (room <= 0 || !first) return;
-  if (room < m) {
-    m = (uint32_t)room;
-    uintptr_t last = first;
-    for (uint32_t i = 1; i < m; i++) page_check_link(pg, last = block_next(pg, last));
-    if ((rest = block_next(pg, last))) page_check_link(pg, rest);
-    ((block_t *)last)[1].word = link_enc(pg->link_key, (void *)last, 0);   /* the window's end */
-  }
+  uintptr_t first = list_head(&pg->list);
+  hm_assert(!list_head(w) && first && m > 0 && m <= pg->capacity - page_used(pg) && pg->cls == c);
+  hm_assert(atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
   w->key = pg->link_key;
   w->check = pg->link_check;
   count_store(&w->used, 0);
@@ -410,7 +419,7 @@ static void window_fill(heap_t *h, size_t c, page_t *pg) {
   list_set_head(&pg->list, rest);
   page_set_used(pg, page_used(pg) + m);
   list_set_head(w, first);
-  h->sample_left[c] -= m;
+  return w;
 }
 
 /* (owner, locked) h's windows go back to their pages, their blocks free
@@ -461,19 +470,47 @@ void profile_window_census(uint64_t *blocks) {
     }
 }
 
-/* malloc's fast path missed: its window of class c is empty.  The block
- * from the class's first page, sampled if it is the class's sampled one,
- * else the window filled up to the next one; a slow path when the page has
- * none (it counts the allocation: profile_alloc). */
-void *profile_malloc(heap_t *h, size_t n, size_t c) {
+/* profile_malloc's less common cases: a report a signal asked for, the
+ * page's list empty (a slow path, which counts the allocation:
+ * profile_alloc), the class's first block or its sampled one, or a window
+ * cut short of the page's list by the next sample. */
+static HM_NOINLINE void *miss_other(heap_t *h, size_t n, size_t c) {
   dump_if_wanted();
   list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
   block_t *b = (block_t *)list_head(l);
   if (!b) return heap_malloc_slow(h, n, c);   /* (CLASS_LARGE's list: the empty page) */
-  void *p = hm_list_take(l, b);
-  if (unlikely(class_due(h, c))) sample(p, n, class_odds[c]);
-  else window_fill(h, c, page_of_list(l));
-  return p;
+  if (class_due(h, c)) {
+    void *p = hm_list_take(l, b);
+    sample(p, n, class_odds[c]);
+    return p;
+  }
+  page_t *pg = page_of_list(l);
+  int64_t left = h->sample_left[c];         /* this block's and those up to the sample */
+  uint32_t m = pg->capacity - page_used(pg);   /* the blocks on pg's free list */
+  uintptr_t rest = 0;
+  if (left < m) rest = window_cut(pg, (uintptr_t)b, m = (uint32_t)left);
+  h->sample_left[c] = left - (m - 1);
+  list_t *w = window_set(h, c, pg, m, rest);
+  return hm_list_take(w, b);
+}
+
+/* malloc's fast path missed: its window of class c is empty.  If the
+ * class's first page holds fewer free blocks than come before the class's
+ * next sample, the window takes them all, and the first is popped (the pop
+ * last: no frame to keep anything across it); anything else is
+ * miss_other's. */
+void *profile_malloc(heap_t *h, size_t n, size_t c) {
+  list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
+  block_t *b = (block_t *)list_head(l);
+  page_t *pg = page_of_list(l);
+  int64_t left = h->sample_left[c];
+  if (unlikely(!b || left <= pg->capacity - page_used(pg) ||
+               atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)))
+    return miss_other(h, n, c);
+  uint32_t m = pg->capacity - page_used(pg);
+  h->sample_left[c] = left - m;             /* (class_due, and the m - 1 blocks after b) */
+  list_t *w = window_set(h, c, pg, m, 0);
+  return hm_list_take(w, b);
 }
 
 /* A slow path allocated p for n bytes: a block of a class page counts
@@ -487,22 +524,6 @@ void profile_alloc(void *p, size_t n) {
   } else if (unlikely((until -= (int64_t)n) <= 0)) {
     bytes_due(p, n);
   }
-}
-
-/* The owner's free of p on pg, a class page that is slow only because it
- * holds samples (its flags are PAGE_SLOW alone, and only the profiler sets
- * that): the sample ends if p is one (the filter: one load), and p goes on
- * the page as free's fast path would push it, without the heap lock.  False
- * for anything else, or a block that looks free (the slow path confirms a
- * double free, locked). */
-bool profile_free_local(void *p, page_t *pg) {
-  heap_t *h = hm_tls_heap;
-  if (pg->flags != PAGE_SLOW || atomic_load_explicit(&pg->heap, memory_order_relaxed) != h ||
-      !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
-    return false;
-  profile_free(p, pg);
-  hm_owner_push(h, &pg->list, pg, (block_t *)p);
-  return true;
 }
 
 /* The sampled block of s is freed: it leaves the live heap.  (locked; its
@@ -545,22 +566,48 @@ void profile_heap_destroyed(heap_t *h) {
  * found in the tables only if its filter count is not 0: the count went up
  * before its malloc returned, so before this free.  The owner's free on a
  * page marked slow unmarks it once no sample is left there. */
-void profile_free(void *p, page_t *pg) {
-  if (unlikely(atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0)) {
-    if (unlikely(in_tables)) {              /* a signal handler's, this thread holding the lock */
-      unsigned k = atomic_fetch_add_explicit(&ndeferred, 1, memory_order_relaxed);
-      if (k < DEFERRED) deferred[k] = (uintptr_t)p;
-      else atomic_fetch_add_explicit(&hm_prof.lost, 1, memory_order_relaxed);
-    } else {
-      profile_lock();
-      end_sample_of((uintptr_t)p);
-      profile_unlock();
-    }
+static HM_NOINLINE void end_freed(uintptr_t p) {
+  if (unlikely(in_tables)) {                /* a signal handler's, this thread holding the lock */
+    unsigned k = atomic_fetch_add_explicit(&ndeferred, 1, memory_order_relaxed);
+    if (k < DEFERRED) deferred[k] = p;
+    else atomic_fetch_add_explicit(&hm_prof.lost, 1, memory_order_relaxed);
+  } else {
+    profile_lock();
+    end_sample_of(p);
+    profile_unlock();
   }
+}
+HM_INLINE bool maybe_sampled(const void *p) { return atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0; }
+HM_INLINE bool page_has_samples(const page_t *pg) { return atomic_load_explicit(page_filter_of(pg), memory_order_relaxed) != 0; }
+
+void profile_free(void *p, page_t *pg) {
+  if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
   if (pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES &&
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap && (pg->flags & PAGE_SLOW) &&
-      atomic_load_explicit(page_filter_of(pg), memory_order_relaxed) == 0)
+      !page_has_samples(pg))
     page_mark(pg, false);
+}
+
+/* free's slow path (a size it was given is within the block: free's fast
+ * path checked): is p the owner's block on a class page that is slow only
+ * because it holds samples (its flags are PAGE_SLOW alone, and only the
+ * profiler sets that)?  Then, with the checks of free's fast path, it is
+ * freed here: the sample ends if p is one (the filter: one load), the page
+ * is unmarked if it holds no sample any more, and p goes on the page as the
+ * fast path would push it, without the heap lock.  False for anything
+ * else, or a block that looks free (the slow path confirms a double free,
+ * locked). */
+bool profile_free_local(void *p) {
+  if (!atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || !segment_near(p)) return false;   /* (NULL too) */
+  page_t *pg = segment_of(p)->slice_page[((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT];
+  heap_t *h = hm_tls_heap;
+  if (pg->flags != PAGE_SLOW || atomic_load_explicit(&pg->heap, memory_order_relaxed) != h ||
+      !hm_freeable(pg, p, (uintptr_t)p - (uintptr_t)pg->start))
+    return false;
+  if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
+  if (unlikely(!page_has_samples(pg))) page_mark(pg, false);
+  hm_owner_push(h, &pg->list, pg, (block_t *)p);
+  return true;
 }
 
 /* fork (heap.c): the lock is taken with the other global locks when other

@@ -17,7 +17,7 @@ void profile_init(void);                /* (options_init) */
 void *profile_malloc(heap_t *h, size_t n, size_t c);   /* malloc's misses when profiling (hm_malloc_profiled) */
 void profile_alloc(void *p, size_t n);  /* a slow path just allocated p for n bytes */
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
-bool profile_free_local(void *p, page_t *pg);   /* free's slow path: the owner's free on a page slow for
+bool profile_free_local(void *p);               /* free's slow path: the owner's free on a page slow for
                                                    its samples alone, done (true) */
 void profile_windows_return(heap_t *h);         /* (owner, locked) the windows' blocks back to their pages */
 bool profile_window_holds(heap_t *h, page_t *pg, uintptr_t b);   /* (locked) b, of pg, waits in a window */
