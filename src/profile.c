@@ -95,14 +95,18 @@ static __thread _Atomic unsigned ndeferred;
 
 /* ---- numbers: no libm (hakmem depends on libc alone) ---------------------- */
 
-/* ln x for x > 0: x = m 2^e with m in [1, 2), ln m = 2 atanh((m-1)/(m+1)). */
+/* ln x for a normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (from
+ * the bits of x), ln m = 2 atanh(z) = 2 (z + z^3/3 + z^5/5 + ...) for z =
+ * (m-1)/(m+1), |z| < 0.172: twelve terms reach double precision. */
 static double ln(double x) {
-  int e = 0;
-  while (x >= 2) { x /= 2; e++; }
-  while (x < 1) { x *= 2; e--; }
-  double z = (x - 1) / (x + 1), z2 = z * z, term = z, sum = 0;
-  for (int k = 1; k < 40; k += 2) { sum += term / k; term *= z2; }
-  return 2 * sum + e * 0.69314718055994530942;
+  union { double d; uint64_t u; } v = { .d = x };
+  int e = (int)((v.u >> 52) & 0x7ff) - 1023;
+  v.u = (v.u & ((1ull << 52) - 1)) | (1023ull << 52);
+  double m = v.d;
+  if (m > 1.4142135623730951) { m /= 2; e++; }
+  double z = (m - 1) / (m + 1), z2 = z * z, sum = 0;
+  for (int k = 23; k >= 1; k -= 2) sum = sum * z2 + 1.0 / k;   /* (constants once unrolled) */
+  return 2 * z * sum + e * 0.69314718055994530942;
 }
 
 /* 1 - exp(-x) for x >= 0, accurate for small x too. */
