@@ -133,31 +133,11 @@ static size_t validate_queue(heap_t *h, size_t c, uint32_t *spare) {
   list_t *direct = atomic_load_explicit(&h->direct[i], memory_order_relaxed);
   list_t *pops = tcache_fast(c) ? (h->tc_parked ? &hm_page_empty.list : &h->tc[c - TC_MIN].l)
                                 : q->first ? &q->first->list : &hm_page_empty.list;
-  bool windows = atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed);
   if (!hm_slow_mode) hm_assert(direct == pops);
-  else hm_assert(direct == (windows ? &h->window[c] : &hm_page_empty.list));
-  if (windows)                                           /* (the profiler fills the window from there) */
+  else hm_assert(direct == &hm_page_empty.list);
+  if (atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed))   /* (the profiler pops there) */
     hm_assert(atomic_load_explicit(&h->current[c], memory_order_relaxed) == pops);
   return n;
-}
-
-/* The profiler's window of class c: blocks of one page of h of the class,
- * each once, that look free, off the page's free list (counted in use), as
- * many as were put in less those popped since. */
-static void validate_window(heap_t *h, size_t c) {
-  list_t *w = &h->window[c];
-  uintptr_t b = list_head(w);
-  uint32_t n = 0;
-  if (!b) return;
-  hm_assert(segment_known((void *)b));
-  page_t *pg = page_of(segment_of((void *)b), (void *)b);
-  hm_assert(pg->cls == c && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h && w->key == pg->link_key);
-  for (; b; b = link_dec(w->key, (void *)b, ((block_t *)b)[1].word)) {
-    uintptr_t off = b - (uintptr_t)pg->start;
-    hm_assert(++n <= page_used(pg) && off < page_area(pg) && off % pg->block_size == 0 && block_looks_free(pg, (void *)b));
-    for (uintptr_t f = pg->free; f; f = block_next(pg, f)) hm_assert(f != b);
-  }
-  hm_assert(n == h->window_n[c] - list_count(w));
 }
 
 /* The thread caches: each list's blocks look free, belong to pages of h
@@ -203,8 +183,6 @@ void heap_validate(heap_t *h) {
   }
   hm_assert(listed == pages);                            /* every page on one list */
   if (hm_tcache_on) validate_caches(h);
-  if (hm_profiling)
-    for (size_t c = 0; c < CLASSES; c++) validate_window(h, c);
 }
 
 #endif

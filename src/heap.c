@@ -33,11 +33,10 @@ static void spare_reuse(heap_t *h, page_t *pg);
 /* direct[] entries of each class: direct_first[c] .. direct_first[c + 1] - 1 */
 static uint16_t direct_first[CLASSES + 1];
 
-/* Point malloc's entries of class c at list l.  In slow mode they stay where
- * heap_direct_init put them and l goes to h->current[c] instead: at the
- * empty page, every malloc misses its fast path, to be counted or checked on
- * the slow path; when profiling, at the class's window, which the profiler
- * fills from l with the blocks up to the thread's next sample of the class
+/* Point malloc's entries of class c at list l.  In slow mode they stay at
+ * the empty page (heap_direct_init) and l goes to h->current[c] instead: every
+ * malloc then misses its fast path, to be counted or checked on the slow
+ * path, or counted down to the profiler's next sample before it pops l
  * (profile_malloc), and the fast path pays nothing. */
 static void set_direct(heap_t *h, size_t c, list_t *l) {
   hm_assert(c < CLASSES);
@@ -54,16 +53,12 @@ static void set_current(heap_t *h, size_t c, page_t *pg) {
 }
 
 /* A new heap's entries (a recycled struct keeps those of the cached classes):
- * the empty page, or the class's thread cache; in slow mode the empty page,
- * or when profiling the class's window (empty: h comes zeroed). */
+ * the empty page, or the class's thread cache. */
 void heap_direct_init(heap_t *h) {
-  bool windows = atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed);
   for (size_t c = 0; c <= CLASSES; c++) atomic_store_explicit(&h->current[c], &hm_page_empty.list, memory_order_relaxed);
   for (size_t c = 0; c < CLASSES; c++) set_current(h, c, &hm_page_empty);
   if (hm_slow_mode)                  /* (set_direct leaves them) */
-    for (size_t c = 0; c < CLASSES; c++)
-      for (size_t i = direct_first[c]; i < direct_first[c + 1]; i++)
-        atomic_store_explicit(&h->direct[i], windows ? &h->window[c] : &hm_page_empty.list, memory_order_relaxed);
+    for (size_t i = 0; i < DIRECT_N; i++) atomic_store_explicit(&h->direct[i], &hm_page_empty.list, memory_order_relaxed);
   for (size_t c = TC_MIN; c < CLASSES; c++)
     if (tcache_fast(c) && atomic_load_explicit(&h->direct[direct_first[c]], memory_order_relaxed) != &h->tc[c - TC_MIN].l)
       set_direct(h, c, &h->tc[c - TC_MIN].l);
@@ -523,12 +518,11 @@ void *heap_malloc_aligned(heap_t *h, size_t n, size_t align) {
 /* ---- frees handed over by other threads ----------------------------------- */
 
 /* (h, pg's owner, locked) Is b, a block of pg that looks free, free: on
- * pg's lists, in h's thread cache or in its profiler's window?  (A block in h's inbox does not look
+ * pg's lists or in h's thread cache?  (A block in h's inbox does not look
  * free: its sender leaves it as it was.) */
 bool heap_block_free(heap_t *h, page_t *pg, const void *b) {
   hm_assert(heap_held(h) && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
-  return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b) ||
-         (unlikely(hm_profiling) && profile_window_holds(h, pg, (uintptr_t)b));
+  return page_contains_free(pg, (uintptr_t)b) || tcache_contains(h, pg->cls, (uintptr_t)b);
 }
 
 /* The owner frees a block of a class page that is parked or looks

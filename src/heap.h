@@ -75,13 +75,8 @@ typedef struct heap_s {
   uint64_t freed_classes;        /* bit c: a page of class c emptied since the last spare check */
   uint8_t refills[CLASSES];      /* pages of each class carved or taken from the spares after
                                     one emptied: halved at each spare check, up to 255 */
-  list_t window[CLASSES];        /* profiling: what malloc pops for each class, blocks of one
-                                    page taken off its free list up to the thread's next
-                                    sample of the class (profile.c) */
-  uint32_t window_n[CLASSES];    /* blocks put in each window at its last fill (the census: its
-                                    count is the pops since) */
   int64_t sample_left[CLASSES];  /* profiling: allocations of each class up to and including
-                                    its next sampled one, 0 before the first draw */
+                                    its next sampled one, 0 before the first draw (profile.c) */
   struct heap_s *next_free;      /* recycled heap structs, or parked heaps (thread.c) */
   bool live;                     /* a thread owns the heap (false once it exited) */
   _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
@@ -116,8 +111,7 @@ typedef struct heap_s {
                                     (the purger reads it: a parked heap is never busy) */
   list_t *_Atomic direct[DIRECT_N]; /* DIRECT_BIG's index of a size -> the list malloc pops:
                                     the first page of the class's queue for the small classes
-                                    (set_current), the thread cache from 4 KiB, the class's
-                                    window when profiling.  Kept when the struct
+                                    (set_current), the thread cache from 4 KiB.  Kept when the struct
                                     is recycled: the cache entries stay the same (20 KiB) */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
@@ -125,10 +119,9 @@ typedef struct heap_s {
   list_t tc_sink;                /* where the owner's frees of the cached classes go while
                                     the caches are parked: the first calls out (tcache_full) */
   list_t *_Atomic current[CLASSES + 1]; /* slow mode: the list of each class that malloc's
-                                    fast path would pop (direct[] stays at the empty page,
-                                    or when profiling at the class's window), and the empty
-                                    page for CLASS_LARGE: where the profiler fills the
-                                    windows from (profile_malloc) */
+                                    fast path would pop (direct[] stays at the empty page),
+                                    and the empty page for CLASS_LARGE: what the profiler
+                                    pops instead (profile_malloc) */
   /* read by every thread freeing into this heap: a line of its own */
   _Alignas(64) _Atomic int idle; /* (purger) found idle and trimmed: wake me if that changes */
   uint64_t seen_ops;             /* (purger) slow_ops when it last looked */
@@ -162,7 +155,7 @@ static inline void heap_page_keys(heap_t *h, page_t *pg) {
 }
 #define HEAP_RESET_SIZE offsetof(heap_t, owner_in)   /* (the lock is held across the reset) */
 _Static_assert(offsetof(heap_t, user) >= HEAP_RESET_SIZE, "user is not cleared with the rest (remote_free reads it)");
-_Static_assert(offsetof(heap_t, sample_left) < HEAP_RESET_SIZE, "a new heap's windows and countdowns start empty");
+_Static_assert(offsetof(heap_t, sample_left) < HEAP_RESET_SIZE, "a new heap's countdowns start undrawn");
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */

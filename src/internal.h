@@ -425,7 +425,6 @@ void  pageq_insert_after(pageq_t *q, page_t *at, page_t *pg);
 void  pageq_remove(pageq_t *q, page_t *pg);
 void  page_free_remote(page_t *pg, block_t *b);
 bool  page_contains_free(page_t *pg, uintptr_t b);
-void  page_check_link(page_t *pg, uintptr_t q);  /* q, read from a list of pg's blocks, is one: else reported */
 bool  page_unreachable(page_t *pg, uint32_t elsewhere);
 void  delayed_push(heap_t *h, block_t *first, block_t *last);
 /* A block on a delayed list: its page, and the next block. */

@@ -25,10 +25,9 @@ extern options_t hm_options;
 /* Slow mode (stats, secure or profile on): malloc and free skip their fast
  * paths so each call can be counted, checked or sampled.  hm_counting (stats
  * or secure): every call is counted, and every page carries PAGE_SLOW
- * (hm_page_flags) to send free() there; profiling alone points malloc's
- * entries at the profiler's windows and sends their misses to it
- * (hm_malloc_profiled), turns the thread caches off and marks only the pages
- * holding sampled blocks (profile.c). */
+ * (hm_page_flags) to send free() there; profiling alone sends malloc's
+ * misses to the profiler's pop (hm_malloc_profiled), keeps the thread caches
+ * and marks only the pages holding sampled blocks (profile.c). */
 extern bool hm_slow_mode;
 extern bool hm_counting;
 extern uint8_t hm_page_flags;

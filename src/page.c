@@ -106,7 +106,7 @@ void page_collect(page_t *pg) {
 }
 
 /* A link read from a free list must lead to a block start of the page. */
-void page_check_link(page_t *pg, uintptr_t q) {
+static void check_link(page_t *pg, uintptr_t q) {
   if (!hm_block_start(pg, q - (uintptr_t)pg->start))
     hm_fatal("corrupted free list (a write to a freed block?)", (void *)q, pg);
 }
@@ -118,13 +118,13 @@ bool page_contains_free(page_t *pg, uintptr_t b) {
   hm_assert(heap_held(atomic_load_explicit(&pg->heap, memory_order_relaxed)));   /* the owner's lists */
   uint32_t limit = pg->capacity + 1;
   for (uintptr_t q = pg->free; q && limit--; q = block_next(pg, q)) {
-    page_check_link(pg, q);
+    check_link(pg, q);
     if (q == b) return true;
   }
   limit = pg->capacity + 1;
   uintptr_t tf = TF_PTR(atomic_load_explicit(&pg->thread_free, memory_order_acquire));
   for (uintptr_t q = tf; q && limit--; q = block_next(pg, q)) {
-    page_check_link(pg, q);
+    check_link(pg, q);
     if (q == b) return true;
   }
   return false;
@@ -261,15 +261,14 @@ void pageq_remove(pageq_t *q, page_t *pg) {
 
 /* A link that hm_list_take's inline check did not pass (hot.h), t = next ^ b:
  * the end of the list, or a next block looked at closely.  It must be a
- * carved block start of b's class that looks free, and of b's page if l
- * has that page's key (its list, or a profiler's window of its blocks).  A
- * thread cache's link may be cut by the purger while
+ * carved block start of b's class that looks free, and of b's page if l is
+ * that page's list.  A thread cache's link may be cut by the purger while
  * the owner pops (tcache_take, which writes the end of the list before it
  * gives the blocks away): read again, it then reads as the end. */
 static bool link_good(list_t *l, page_t *bp, uintptr_t next) {
   if (!segment_known((void *)next)) return false;
   page_t *np = page_of(segment_of((void *)next), (void *)next);
-  return np->cls == bp->cls && (l->key == bp->link_key ? np == bp : class_cached(np->cls)) &&
+  return np->cls == bp->cls && (l == &bp->list ? np == bp : class_cached(np->cls)) &&
          hm_block_start(np, next - (uintptr_t)np->start) && block_looks_free(np, (void *)next);
 }
 HM_NOINLINE block_t *hm_list_take_checked(list_t *l, block_t *b, uintptr_t t) {

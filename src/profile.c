@@ -5,41 +5,30 @@
  * each block size class is a piece of its own.  A block of class c (of s_c
  * bytes) is sampled with probability p_c = 1 - exp(-s_c/R), independently of
  * the others, so each heap (a thread's, or a first-class heap) counts down,
- * per class, the blocks to its next sample (heap_t.sample_left): G_c, geometric of parameter p_c (1 + floor(E / s_c) for E
- * exponential of mean R), drawn again at each sample.  A sample of n bytes
- * asked stands for n / p_c bytes: the sums of these weights are unbiased
+ * per class, the blocks to its next sample (heap_t.sample_left): G_c,
+ * geometric of parameter p_c (1 + floor(E / s_c) for E exponential of mean
+ * R), drawn again at each sample.  A sample of n bytes asked stands for
+ * n / p_c bytes: the sums of these weights are unbiased
  * estimates of the bytes asked, allocated and still live, per call stack
  * (Horvitz-Thompson, as tcmalloc's and jemalloc's estimator).  Blocks above
  * the classes count down bytes instead, drawn exponential of mean R: one of
  * n bytes is sampled with probability 1 - exp(-n/R) and weighs n / (1 -
  * exp(-n/R)).
  *
- * Windows.  Profiling is a slow mode, but malloc keeps its fast path: the
- * direct[] entries of class c point at the heap's window of the class
- * (heap_t.window), a free list of blocks taken off the free list of the
- * page the heap allocates from (heap_t.current) with that list's key and
- * check, so that the fast path pops it unchanged.  The fast path misses
- * when the window is empty, and the miss goes to profile_malloc
- * (hm_malloc_profiled, set at start-up): it pops the page's next block,
- * samples it if it is the class's sampled block, and else moves the blocks
- * up to the next sampled one (or the page's whole list) into the window
- * and takes them off the countdown: every pop of a window is an allocation
- * not sampled, and the next miss of the class is its next sample (or a
- * refill).  The window's blocks count as in use on their page, which then
- * is neither retired nor taken by the purger while they wait (a quiet
- * thread's windows keep at most a page of each class; the purger leaves
- * them alone); they look free, so freeing one is a double free, reported
- * (heap_block_free).  Frees never push on a window: the owner's go to the
- * page (the thread caches are off while profiling, tcache.c).  The windows
- * go back to their pages when every free block of the heap must be seen:
- * malloc_trim, the thread's exit, a heap given back (heap_collect_all).  A
- * first-class heap's windows stay empty: only the fast path of a thread's
- * own heap misses into profile_malloc.  A forked child draws its own
- * countdowns, past the blocks its windows hold.  An empty page list, or a
- * block above the classes, takes the slow path, which counts the allocation
- * (profile_alloc), as do the other slow paths (aligned, realloc's growth).
- * With profiling off none of this runs: the entries point at the pages and
- * caches, and the miss goes to heap_malloc_slow.
+ * The countdown.  Profiling is a slow mode: malloc's lists stay at the
+ * empty page, so every malloc misses its fast path, and the miss goes to
+ * profile_malloc (hm_malloc_profiled, set at start-up): it counts the block
+ * down and pops it from the list the fast path would have popped
+ * (heap_t.current: a page's, or a thread cache's), with the fast path's
+ * code.  An empty list, or a block above the classes, takes the slow path,
+ * which counts the allocation too (profile_alloc), as do the other slow
+ * paths (aligned, realloc's growth).  With profiling off none of this runs:
+ * the miss goes to heap_malloc_slow.  (Windows, lists of the blocks up to
+ * the next sample that malloc's fast path itself would pop, cost fewer
+ * instructions but more time: frees cannot push on them without spoiling
+ * the count, so the blocks freed last are not the next handed out, and the
+ * blocks in circulation double, with their cache misses.)  A forked child
+ * draws its own countdowns.
  *
  * Stacks (profile_stack.c) are walked by the rules of the unwind tables
  * (.eh_frame, as libgcc's unwinder reads them), each return address's rule
@@ -393,128 +382,34 @@ static void dump_if_wanted(void) {
     profile_dump_pending();
 }
 
-/* ---- windows -------------------------------------------------------------------- */
-
-static page_t *page_of_list(list_t *l) { return (page_t *)((uintptr_t)l - offsetof(page_t, list)); }
-
-/* The list of pg's blocks from first cut after its m-th: the rest. */
-static HM_NOINLINE uintptr_t window_cut(page_t *pg, uintptr_t first, uint32_t m) {
-  uintptr_t last = first, rest;
-  for (uint32_t i = 1; i < m; i++) page_check_link(pg, last = block_next(pg, last));
-  if ((rest = block_next(pg, last))) page_check_link(pg, rest);
-  ((block_t *)last)[1].word = link_enc(pg->link_key, (void *)last, 0);   /* the window's end */
-  return rest;
+static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n, size_t c) {
+  void *p = hm_list_take(l, b);
+  sample(p, n, class_odds[c]);
+  return p;
 }
 
-/* h's empty window of class c gets the first m blocks of pg's free list,
- * pg the class's first page, rest the blocks after them (cut off:
- * window_cut).  They count as in use on pg from now on: pg is neither
- * retired nor taken by the purger while they wait.  The window's head
- * last: a signal handler's malloc sees it empty or whole. */
-HM_INLINE list_t *window_set(heap_t *h, size_t c, page_t *pg, uint32_t m, uintptr_t rest) {
-  list_t *w = &h->window[c];
-  uintptr_t first = list_head(&pg->list);
-  hm_assert(!list_head(w) && first && m > 0 && m <= pg->capacity - page_used(pg) && pg->cls == c);
-  hm_assert(atomic_load_explicit(&pg->heap, memory_order_relaxed) == h);
-  w->key = pg->link_key;
-  w->check = pg->link_check;
-  count_store(&w->used, 0);
-  __atomic_store_n(&h->window_n[c], m, __ATOMIC_RELAXED);
-  list_set_head(&pg->list, rest);
-  page_set_used(pg, page_used(pg) + m);
-  list_set_head(w, first);
-  return w;
-}
-
-/* (owner, locked) h's windows go back to their pages, their blocks free
- * there again, and the countdowns get back the allocations the blocks were
- * counted for. */
-void profile_windows_return(heap_t *h) {
-  hm_assert(heap_held(h));
-  for (size_t c = 0; c < CLASSES; c++) {
-    list_t *w = &h->window[c];
-    uintptr_t b = list_head(w);
-    if (!b) continue;
-    page_t *pg = page_of(segment_of((void *)b), (void *)b);
-    list_set_head(w, 0);
-    count_store(&w->used, 0);
-    __atomic_store_n(&h->window_n[c], 0, __ATOMIC_RELAXED);
-    while (b) {
-      page_check_link(pg, b);
-      uintptr_t next = link_dec(w->key, (void *)b, ((block_t *)b)[1].word);
-      ((block_t *)b)->word = 0;             /* (freed below: not a double free) */
-      heap_free_slow(pg, (block_t *)b);     /* (pg may go with the last block) */
-      h->sample_left[c]++;
-      b = next;
-    }
-  }
-}
-
-/* (h locked) Is b, a block of pg that looks free, in h's window? */
-bool profile_window_holds(heap_t *h, page_t *pg, uintptr_t b) {
-  if (pg->cls >= CLASSES) return false;
-  list_t *w = &h->window[pg->cls];
-  uintptr_t q = list_head(w);
-  if (!q || page_of(segment_of((void *)q), (void *)q) != pg) return false;
-  for (uint32_t limit = pg->capacity; q && limit--; q = link_dec(w->key, (void *)q, ((block_t *)q)[1].word)) {
-    page_check_link(pg, q);
-    if (q == b) return true;
-  }
-  return false;
-}
-
-/* Blocks waiting in windows, per class, every heap (a snapshot, read apart
- * from the owners). */
-void profile_window_census(uint64_t *blocks) {
-  if (!atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed)) return;
-  for (heap_t *h = heap_first(); h; h = atomic_load_explicit(&h->next_all, memory_order_acquire))
-    for (size_t c = 0; c < CLASSES; c++) {
-      uint32_t put = __atomic_load_n(&h->window_n[c], __ATOMIC_RELAXED), popped = count_load(&h->window[c].used);
-      blocks[c] += put > popped ? put - popped : 0;
-    }
-}
-
-/* profile_malloc's less common cases: a report a signal asked for, the
- * page's list empty (a slow path, which counts the allocation:
- * profile_alloc), the class's first block or its sampled one, or a window
- * cut short of the page's list by the next sample. */
+/* profile_malloc's less common cases: the list empty (a slow path, which
+ * counts the allocation: profile_alloc), the class's first block or its
+ * sampled one; and a report a signal asked for is written here. */
 static HM_NOINLINE void *miss_other(heap_t *h, size_t n, size_t c) {
   dump_if_wanted();
   list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
   block_t *b = (block_t *)list_head(l);
   if (!b) return heap_malloc_slow(h, n, c);   /* (CLASS_LARGE's list: the empty page) */
-  if (class_due(h, c)) {
-    void *p = hm_list_take(l, b);
-    sample(p, n, class_odds[c]);
-    return p;
-  }
-  page_t *pg = page_of_list(l);
-  int64_t left = h->sample_left[c];         /* this block's and those up to the sample */
-  uint32_t m = pg->capacity - page_used(pg);   /* the blocks on pg's free list */
-  uintptr_t rest = 0;
-  if (left < m) rest = window_cut(pg, (uintptr_t)b, m = (uint32_t)left);
-  h->sample_left[c] = left - (m - 1);
-  list_t *w = window_set(h, c, pg, m, rest);
-  return hm_list_take(w, b);
+  if (class_due(h, c)) return take_sampled(l, b, n, c);
+  return hm_list_take(l, b);
 }
 
-/* malloc's fast path missed: its window of class c is empty.  If the
- * class's first page holds fewer free blocks than come before the class's
- * next sample, the window takes them all, and the first is popped (the pop
- * last: no frame to keep anything across it); anything else is
- * miss_other's. */
+/* malloc's fast path missed: count the block down, and pop what the fast
+ * path would have popped (the pop last: no frame to keep anything across
+ * it); anything else is miss_other's. */
 void *profile_malloc(heap_t *h, size_t n, size_t c) {
   list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
   block_t *b = (block_t *)list_head(l);
-  page_t *pg = page_of_list(l);
   int64_t left = h->sample_left[c];
-  if (unlikely(!b || left <= pg->capacity - page_used(pg) ||
-               atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)))
-    return miss_other(h, n, c);
-  uint32_t m = pg->capacity - page_used(pg);
-  h->sample_left[c] = left - m;             /* (class_due, and the m - 1 blocks after b) */
-  list_t *w = window_set(h, c, pg, m, 0);
-  return hm_list_take(w, b);
+  if (unlikely(!b || left <= 1)) return miss_other(h, n, c);
+  h->sample_left[c] = left - 1;             /* (class_due: not the sampled block) */
+  return hm_list_take(l, b);
 }
 
 /* A slow path allocated p for n bytes: a block of a class page counts

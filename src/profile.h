@@ -1,12 +1,11 @@
 /* profile.h — the sampling heap profiler (HAKMEM_PROFILE, profile.c).
  *
- * Profiling is a slow mode: with it on, malloc's fast path pops a window of
- * each class, the blocks up to the thread's next sample of the class, and
- * its miss goes to profile_malloc, which samples or fills the window again;
- * the slow paths call profile_alloc; every free of another thread's block
- * or of a block on a page holding sampled blocks calls profile_free (the
- * owner's, through profile_free_local).  With it off they are never called
- * and the fast paths hold no trace of it. */
+ * Profiling is a slow mode: with it on, malloc's fast path always misses,
+ * and the miss goes to profile_malloc, which pops the block the fast path
+ * would have and counts it down; the slow paths call profile_alloc; every
+ * free of another thread's block or of a block on a page holding sampled
+ * blocks calls profile_free (the owner's, through profile_free_local).  With
+ * it off they are never called and the fast paths hold no trace of it. */
 #ifndef HAKMEM_PROFILE_H
 #define HAKMEM_PROFILE_H
 #include "internal.h"
@@ -19,9 +18,6 @@ void profile_alloc(void *p, size_t n);  /* a slow path just allocated p for n by
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
 bool profile_free_local(void *p);               /* free's slow path: the owner's free on a page slow for
                                                    its samples alone, done (true) */
-void profile_windows_return(heap_t *h);         /* (owner, locked) the windows' blocks back to their pages */
-bool profile_window_holds(heap_t *h, page_t *pg, uintptr_t b);   /* (locked) b, of pg, waits in a window */
-void profile_window_census(uint64_t *blocks);   /* blocks in windows per class, every heap */
 void profile_heap_destroyed(heap_t *h); /* hakmem_heap_destroy(h) frees every block of h */
 void profile_stats(int fd);             /* the stats report's line; nothing when off */
 void profile_fork_prepare(void);

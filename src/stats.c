@@ -47,14 +47,12 @@ static int64_t cget(_Atomic int64_t *v) { return atomic_load_explicit(v, memory_
 /* ---- the report ------------------------------------------------------------ */
 
 /* The census of every segment (registry.c), less the blocks waiting in
- * thread caches and the profiler's windows: free, though used on their
- * pages. */
+ * thread caches: free, though used on their pages. */
 static void census(census_t *c) {
   registry_census(c);
   uint64_t cached[CLASSES] = { 0 };
   tcache_census(cached);
-  profile_window_census(cached);
-  for (size_t k = 0; k < CLASSES; k++) {
+  for (size_t k = TC_MIN; k < TC_MIN + TC_CLASSES; k++) {
     uint64_t n = cached[k] < c->cls[k].used ? cached[k] : c->cls[k].used;
     c->cls[k].used -= n;
     c->in_use -= n * class_size(k);

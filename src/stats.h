@@ -72,7 +72,7 @@ typedef struct census_s {
   uint64_t mapped, committed, cached, in_use, segments;
   uint64_t huge_bytes, huge_mapped;   /* live huge blocks: block bytes, mapping bytes */
   uint64_t purgeable;                 /* resident but free: what malloc_trim returns */
-  uint64_t thread_cached;             /* free blocks in thread caches and the profiler's windows */
+  uint64_t thread_cached;             /* free blocks in thread caches */
 } census_t;
 void registry_census(census_t *c);           /* (blocks in thread caches count as used) */
 

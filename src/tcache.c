@@ -56,8 +56,7 @@
  * which tells from the head and the room what that pop or push did
  * (tcache_resume) and points the entries at the caches again.  A thread that
  * never calls again keeps one block of each class.  Without membarrier (a
- * kernel before 4.14, a seccomp filter) the caches are off, and while the
- * heap profiler runs (hm_tc_fast). */
+ * kernel before 4.14, a seccomp filter) the caches are off. */
 #include "hot.h"
 #include "options.h"
 
@@ -67,11 +66,10 @@
 #define TC_DECAY_MS 1000
 static uint16_t start_cap[TC_CLASSES];       /* blocks per cache at first; 0: none */
 bool hm_tcache_on;
-/* Class c's cache is what malloc pops and free pushes; not when every call
- * is counted (stats, secure), whose fast paths keep out: its slow paths use
- * the caches, locked.  Profiling turns the caches off: malloc pops the
- * profiler's windows, which it fills from the classes' pages, and the
- * owner's frees go to their pages (profile.c). */
+/* Class c's cache is what malloc pops and free pushes, or when profiling
+ * what the profiler pops (profile_malloc); not when every call is counted
+ * (stats, secure), whose fast paths keep out: its slow paths use the
+ * caches, locked. */
 bool hm_tc_fast[CLASSES];
 
 static uint32_t class_kb(size_t i) { return (uint32_t)((class_size(TC_MIN + i) + 1023) >> 10); }
@@ -81,7 +79,7 @@ void tcache_process_init(bool fence) {
   size_t first_kb = bound_kb() / 8;          /* per cache, at first */
   for (size_t i = 0; i < TC_CLASSES; i++) {
     size_t k = first_kb / class_kb(i);
-    start_cap[i] = (uint16_t)(!fence || hm_profiling ? 0 : k < TC_START ? k : TC_START);
+    start_cap[i] = (uint16_t)(!fence ? 0 : k < TC_START ? k : TC_START);
   }
   hm_tcache_on = start_cap[0] > 0;           /* (the smallest class gets the most) */
   for (size_t i = 0; i < TC_CLASSES; i++) hm_tc_fast[TC_MIN + i] = hm_tcache_on && !hm_counting && start_cap[i] > 0;

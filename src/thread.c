@@ -27,11 +27,9 @@ static __thread bool thread_exited; /* its heap was parked or released (heap_thr
 /* ---- giving memory back ------------------------------------------------------ */
 
 /* The owner (h locked): collect every remote free and give back every page
- * left empty, the queues' first pages included (the profiler's windows go
- * back to their pages first). */
+ * left empty, the queues' first pages included. */
 void heap_collect_all(heap_t *h) {
   hm_assert(heap_held(h));
-  if (unlikely(hm_profiling)) profile_windows_return(h);
   heap_collect_delayed(h);
   for (size_t c = 0; c < CLASSES; c++) {
     for (page_t *pg = h->queue[c].first, *next; pg; pg = next) {

@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* The exit report goes nowhere: the prefix names no directory. */
@@ -194,58 +193,6 @@ TEST(small_requests_are_weighed_by_their_class) {
   double alloc = dumped("alloc") - before;
   CHECKF(alloc > 0.9 * N && alloc < 1.1 * N, "estimated %.0f bytes allocated, %d asked", alloc, N);
   remove_dump();
-}
-
-/* A thread's window (the blocks its mallocs of a class pop until the next
- * sample) goes back to its page when the thread exits: the page empties and
- * goes, where the window's blocks, counted in use, would keep it. */
-static void *fill_a_window(void *arg) {
-  (void)arg;
-  size_t c = class_of(48);
-  void *a = hakmem_malloc(48);              /* (the class's page: a slow path) */
-  hm_tls_heap->sample_left[c] = 1000;       /* the next malloc is not sampled: it fills the window */
-  void *b = hakmem_malloc(48);
-  CHECKF(hm_tls_heap->window[c].free != 0, "no window after two mallocs of 48 bytes");
-  hakmem_free(a);
-  hakmem_free(b);
-  return NULL;
-}
-TEST(windows_go_back_at_thread_exit) {
-  hakmem_class_stats_t was, st;
-  size_t c = class_of(48);
-  pthread_t t;
-  CHECK(hakmem_stats_class((unsigned)c, &was) == 0);
-  pthread_create(&t, NULL, fill_a_window, NULL);
-  pthread_join(t, NULL);
-  CHECK(hakmem_stats_class((unsigned)c, &st) == 0);
-  CHECKF(st.pages == was.pages && st.in_use == was.in_use, "%zu pages of 48-byte blocks, %zu blocks in use, after the thread "
-         "exited; %zu and %zu before", st.pages, st.in_use, was.pages, was.in_use);
-}
-
-/* A block in the window looks free, as on its page's list: freeing it is a
- * double free, reported (pushed on its page, it would be handed out
- * twice).  The window is emptied, two blocks freed (the page's list: b, a),
- * and the next malloc takes b and puts a in the window. */
-static void window_double_free(void) {
-  enum { N = 5000 };
-  static void *keep[N];
-  size_t c = class_of(48);
-  void *a = hakmem_malloc(48), *b = hakmem_malloc(48);
-  heap_t *h = hm_tls_heap;
-  for (int i = 0; i < N && h->window[c].free; i++) keep[i] = hakmem_malloc(48);
-  hakmem_free(a);
-  hakmem_free(b);
-  h->sample_left[c] = 1000;
-  void *again = hakmem_malloc(48);
-  if (again != b || h->window[c].free != (uintptr_t)a || !keep[0]) _exit(2);
-  hakmem_free(a);
-  _exit(0);
-}
-TEST(double_free_of_a_window_block_is_reported) {
-  char msg[256];
-  int st = run_in_child(window_double_free, msg, sizeof msg);
-  CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(msg, "double free"),
-         "the child ended with status %#x, saying \"%s\"", st, msg);
 }
 
 static void *volatile freed_by_handler;
