@@ -388,26 +388,24 @@ static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n, size_t c)
   return p;
 }
 
-/* profile_malloc's less common cases: the list empty (a slow path, which
- * counts the allocation: profile_alloc), the class's first block or its
- * sampled one; and a report a signal asked for is written here. */
-static HM_NOINLINE void *miss_other(heap_t *h, size_t n, size_t c) {
+/* The class's first block, or its sampled one (a report a signal asked
+ * for is written here). */
+static HM_NOINLINE void *take_counted(heap_t *h, list_t *l, block_t *b, size_t n, size_t c) {
   dump_if_wanted();
-  list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
-  block_t *b = (block_t *)list_head(l);
-  if (!b) return heap_malloc_slow(h, n, c);   /* (CLASS_LARGE's list: the empty page) */
   if (class_due(h, c)) return take_sampled(l, b, n, c);
   return hm_list_take(l, b);
 }
 
 /* malloc's fast path missed: count the block down, and pop what the fast
  * path would have popped (the pop last: no frame to keep anything across
- * it); anything else is miss_other's. */
+ * it).  An empty list takes the slow path, which counts the allocation
+ * (profile_alloc). */
 void *profile_malloc(heap_t *h, size_t n, size_t c) {
   list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
   block_t *b = (block_t *)list_head(l);
+  if (unlikely(!b)) return heap_malloc_slow(h, n, c);   /* (CLASS_LARGE's list: the empty page) */
   int64_t left = h->sample_left[c];
-  if (unlikely(!b || left <= 1)) return miss_other(h, n, c);
+  if (unlikely(left <= 1)) return take_counted(h, l, b, n, c);
   h->sample_left[c] = left - 1;             /* (class_due: not the sampled block) */
   return hm_list_take(l, b);
 }
@@ -493,14 +491,17 @@ void profile_free(void *p, page_t *pg) {
  * profiler sets that)?  Then, with the checks of free's fast path, it is
  * freed here: the sample ends if p is one (the filter: one load), the page
  * is unmarked if it holds no sample any more, and p goes on the page as the
- * fast path would push it, without the heap lock.  False for anything
- * else, or a block that looks free (the slow path confirms a double free,
- * locked). */
+ * fast path would push it, without the heap lock.  Not for a class with a
+ * thread cache, whose pages the purger may take while the owner runs (its
+ * frees never push on them unlocked: heap_page_retire, tcache.c).  False for
+ * anything else, or a block that looks free (the slow path confirms a
+ * double free, locked).  (The owner is tested first: only the owner writes
+ * its pages' flags.) */
 bool profile_free_local(void *p) {
   if (!atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || !segment_near(p)) return false;   /* (NULL too) */
   page_t *pg = segment_of(p)->slice_page[((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT];
   heap_t *h = hm_tls_heap;
-  if (pg->flags != PAGE_SLOW || atomic_load_explicit(&pg->heap, memory_order_relaxed) != h ||
+  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || pg->flags != PAGE_SLOW || tcache_fast(pg->cls) ||
       !hm_freeable(pg, p, (uintptr_t)p - (uintptr_t)pg->start))
     return false;
   if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
