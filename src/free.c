@@ -40,12 +40,15 @@ page_t *hm_lookup(const void *p, segment_t **sp, const char *op) {
   return pg;
 }
 
-/* free, or a sized free of size (else 0), past its fast path: checked. */
-static HM_NOINLINE void free_checked(void *p, size_t size, bool to_cache) {
+/* free, or a sized free of size (else 0), past its fast path. */
+HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   if (!p) return;
   segment_t *s;
   page_t *pg = hm_lookup(p, &s, size ? "sized free" : "free");
-  if (unlikely(hm_slow_mode)) slow_mode_free(p, pg);
+  if (unlikely(hm_slow_mode)) {
+    if (profile_free_local(p, pg)) return;    /* the owner's, on a page marked for its samples */
+    slow_mode_free(p, pg);
+  }
   if (pg->cls == CLASS_HUGE) { huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
     hm_fatal("double free", p, pg);
@@ -55,15 +58,6 @@ static HM_NOINLINE void free_checked(void *p, size_t size, bool to_cache) {
     pg = page_of(s, p);
   }
   hm_free_release(s, pg, p, to_cache);
-}
-/* The same in slow mode, where the profiler takes the owner's frees on a
- * page marked for its samples alone its own short way. */
-static HM_NOINLINE void free_slow_mode(void *p, size_t size, bool to_cache) {
-  if (!profile_free_local(p)) free_checked(p, size, to_cache);
-}
-HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
-  if (unlikely(hm_slow_mode)) free_slow_mode(p, size, to_cache);
-  else free_checked(p, size, to_cache);
 }
 HM_COLD void hm_free_slow(void *p, bool to_cache) { hm_free_slow_sized(p, 0, to_cache); }
 

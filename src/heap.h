@@ -75,8 +75,6 @@ typedef struct heap_s {
   uint64_t freed_classes;        /* bit c: a page of class c emptied since the last spare check */
   uint8_t refills[CLASSES];      /* pages of each class carved or taken from the spares after
                                     one emptied: halved at each spare check, up to 255 */
-  int64_t sample_left[CLASSES];  /* profiling: allocations of each class up to and including
-                                    its next sampled one, 0 before the first draw (profile.c) */
   struct heap_s *next_free;      /* recycled heap structs, or parked heaps (thread.c) */
   bool live;                     /* a thread owns the heap (false once it exited) */
   _Atomic uint16_t tc_cap[TC_CLASSES]; /* blocks each cache may hold: doubled when full, reset
@@ -155,7 +153,6 @@ static inline void heap_page_keys(heap_t *h, page_t *pg) {
 }
 #define HEAP_RESET_SIZE offsetof(heap_t, owner_in)   /* (the lock is held across the reset) */
 _Static_assert(offsetof(heap_t, user) >= HEAP_RESET_SIZE, "user is not cleared with the rest (remote_free reads it)");
-_Static_assert(offsetof(heap_t, sample_left) < HEAP_RESET_SIZE, "a new heap's countdowns start undrawn");
 #define SPARE_SLICES 64              /* spare pages (heap.c): at most 4 MiB a heap, */
 #define CLASS_SPARES 8               /* 8 pages a class, */
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */

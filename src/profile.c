@@ -1,34 +1,27 @@
 /* profile.c — the sampling heap profiler: HAKMEM_PROFILE=PREFIX.
  *
  * Sampling.  Allocated bytes are sampled as a Poisson process of rate one
- * per HAKMEM_PROFILE_RATE bytes (R), whose disjoint pieces are independent:
- * each block size class is a piece of its own.  A block of class c (of s_c
- * bytes) is sampled with probability p_c = 1 - exp(-s_c/R), independently of
- * the others, so each heap (a thread's, or a first-class heap) counts down,
- * per class, the blocks to its next sample (heap_t.sample_left): G_c,
- * geometric of parameter p_c (1 + floor(E / s_c) for E exponential of mean
- * R), drawn again at each sample.  A sample of n bytes asked stands for
- * n / p_c bytes: the sums of these weights are unbiased
- * estimates of the bytes asked, allocated and still live, per call stack
- * (Horvitz-Thompson, as tcmalloc's and jemalloc's estimator).  Blocks above
- * the classes count down bytes instead, drawn exponential of mean R: one of
- * n bytes is sampled with probability 1 - exp(-n/R) and weighs n / (1 -
- * exp(-n/R)).
+ * per HAKMEM_PROFILE_RATE bytes (R): each thread counts down the bytes to its
+ * next sample point, drawn from the exponential distribution of mean R, and
+ * the allocation that crosses it is sampled.  An allocation of n bytes is
+ * then sampled with probability 1 - exp(-n/R), so each sample stands for
+ * n / (1 - exp(-n/R)) bytes: the sums of these weights are unbiased
+ * estimates of the bytes allocated, and of those still live, per call stack
+ * (the estimator of tcmalloc and jemalloc).
  *
- * The countdown.  Profiling is a slow mode: malloc's lists stay at the
- * empty page, so every malloc misses its fast path, and the miss goes to
- * profile_malloc (hm_malloc_profiled, set at start-up): it counts the block
- * down and pops it from the list the fast path would have popped
- * (heap_t.current: a page's, or a thread cache's), with the fast path's
- * code.  An empty list, or a block above the classes, takes the slow path,
- * which counts the allocation too (profile_alloc), as do the other slow
- * paths (aligned, realloc's growth).  With profiling off none of this runs:
- * the miss goes to heap_malloc_slow.  (Windows, lists of the blocks up to
- * the next sample that malloc's fast path itself would pop, cost fewer
- * instructions but more time: frees cannot push on them without spoiling
- * the count, so the blocks freed last are not the next handed out, and the
- * blocks in circulation double, with their cache misses.)  A forked child
- * draws its own countdowns.
+ * The countdown.  Profiling is a slow mode: malloc's lists stay at the empty
+ * page, so every malloc misses its fast path, and the miss goes to
+ * profile_malloc (hm_malloc_profiled, set at start-up): it counts the bytes
+ * down and pops the block from the list the fast path would have popped
+ * (heap_t.current), with the fast path's code.  An empty list, or a block
+ * above the size classes, takes the slow path, which counts its bytes too
+ * (profile_alloc), as do the other slow paths (aligned, realloc's growth).
+ * With profiling off none of this runs: the miss goes to heap_malloc_slow.
+ * (Windows, lists of the blocks up to a class's next sample that malloc's
+ * fast path itself would pop, with a countdown of blocks per class, cost
+ * fewer instructions but more time: frees cannot push on them without
+ * spoiling the count, so the blocks freed last are not the next handed
+ * out, and the blocks in circulation, with their cache misses, double.)
  *
  * Stacks (profile_stack.c) are walked by the rules of the unwind tables
  * (.eh_frame, as libgcc's unwinder reads them), each return address's rule
@@ -48,13 +41,14 @@
  * filter of counts by address hash: one load for a block that was not
  * sampled.  Frees reach the profiler only on pages marked slow, those
  * holding samples (below), and from other threads; the rest keep their fast
- * path, and the owner's on a marked page take a short one
- * (profile_free_local: the filter, and the push free's fast path makes).
- * The lock is taken with no signal blocked: a thread holding it marks
- * itself (in_tables), and a signal handler that frees a sampled block on
- * that thread leaves the block to it, to be taken out of the tables when it
- * lets the lock go (profile_free); fork from such a handler leaves the lock
- * to the code it interrupted (profile_fork_*).  Reports: profile_dump.c. */
+ * path, and the owner's on a marked page of a class without a thread cache
+ * take a short one (profile_free_local: the filter, and the push free's
+ * fast path makes).  The lock is taken with no signal blocked: a thread
+ * holding it marks itself (in_tables), and a signal handler that frees a
+ * sampled block on that thread leaves the block to it, to be taken out of
+ * the tables when it lets the lock go (profile_free); fork from such a
+ * handler leaves the lock to the code it interrupted (profile_fork_*).
+ * Reports: profile_dump.c. */
 #include "hot.h"
 #include "options.h"
 #include "profile.h"
@@ -70,10 +64,8 @@
 bool hm_profiling;
 profile_tables_t hm_prof = { .lock = PTHREAD_MUTEX_INITIALIZER, .err_fd = -1 };
 
-static __thread int64_t until;    /* bytes to this thread's next sample point above the classes */
-static __thread bool until_drawn; /* its first point is drawn */
+static __thread int64_t until;    /* bytes to this thread's next sample point */
 static __thread uint64_t rng;     /* 0 until the thread's first draw */
-static double class_odds[CLASSES];   /* a block of class c is sampled with probability 1 - exp(-size/R) */
 __thread bool hm_prof_busy;
 static __thread bool in_tables;   /* this thread takes or holds the lock */
 #define DEFERRED 16
@@ -110,8 +102,7 @@ static double one_minus_exp_neg(double x) {
   return 1 - e;
 }
 
-static uint64_t next_random(void) {        /* xorshift64*, seeded at the thread's first draw */
-  if (unlikely(!rng)) rng = (hash_ptr((uintptr_t)&until) ^ os_random()) | 1;
+static uint64_t next_random(void) {        /* xorshift64* */
   rng ^= rng >> 12;
   rng ^= rng << 25;
   rng ^= rng >> 27;
@@ -119,20 +110,10 @@ static uint64_t next_random(void) {        /* xorshift64*, seeded at the thread'
 }
 
 /* Bytes to the next sample point: exponential, mean rate. */
-static double exponential(void) {
-  double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1) */
-  return -ln(u) * (double)hm_prof.rate;
-}
 static int64_t draw(void) {
-  double d = exponential();
+  double u = ((double)(next_random() >> 11) + 0.5) / 9007199254740992.0;   /* (0, 1) */
+  double d = -ln(u) * (double)hm_prof.rate;
   return d < 1 ? 1 : d > 4e18 ? (int64_t)4e18 : (int64_t)d;
-}
-/* Blocks of class c up to and including the next sampled one: geometric,
- * of parameter 1 - exp(-size/R), as 1 + floor(E / size) is for E
- * exponential of mean R (P(more than k) = P(E >= k size) = exp(-k size/R)). */
-static int64_t draw_blocks(size_t c) {
-  double g = 1 + exponential() / (double)class_size(c);
-  return g > 4e18 ? (int64_t)4e18 : (int64_t)g;
 }
 
 /* ---- the lock ------------------------------------------------------------------- */
@@ -229,15 +210,14 @@ static void sample_delete(sample_t *s) {
  * huge) are always slow (their flags are never clear), and so is every
  * page when the calls are counted (stats, secure: hm_page_flags). */
 
-/* The page of p if it is a size class block, or NULL. */
-static page_t *page_of_class(const void *p) {
+/* The page of a size class block p if pages are marked, or NULL. */
+static page_t *class_page(const void *p) {
+  if (hm_page_flags & PAGE_SLOW) return NULL;
   segment_t *s = segment_checked(p);
   if (!s) return NULL;
   page_t *pg = page_of(s, p);
   return pg->cls < CLASSES ? pg : NULL;
 }
-/* The same if pages are marked. */
-static page_t *class_page(const void *p) { return hm_page_flags & PAGE_SLOW ? NULL : page_of_class(p); }
 
 static _Atomic uint32_t *page_filter_of(const page_t *pg) { return &hm_prof.page_filter[(hash_ptr((uintptr_t)pg) >> 20) & (FILTER - 1)]; }
 
@@ -295,18 +275,26 @@ static void warm_up(void) {
 
 static pthread_once_t warm_once = PTHREAD_ONCE_INIT;
 
-/* p, an allocation of n bytes sampled with probability odds, recorded with
- * the weight n / odds.  Not recorded while the thread samples, dumps or
- * holds the lock (a signal handler's allocation then): the next sample is
- * drawn from there, as the draws are memoryless, so the other allocations'
+/* The allocation p of n bytes took this thread past its sample point (or
+ * is its first): p, sampled.  Not sampled while the thread samples, dumps
+ * or holds the lock (a signal handler's allocation then): the next point is
+ * drawn from there, as the process is memoryless, so the other allocations'
  * odds stay as they were. */
-static HM_NOINLINE void sample(void *p, size_t n, double odds) {
-  if (hm_prof_busy || in_tables) return;
+static HM_NOINLINE void *sample_due(void *p, size_t n) {
+  if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
+    profile_dump_pending();
+  if (!rng) {                               /* the thread's first: draw its first point */
+    rng = (hash_ptr((uintptr_t)&until) ^ os_random()) | 1;
+    until += draw();
+    if (until > 0) return p;
+  }
+  until = draw();
+  if (hm_prof_busy || in_tables) return p;
   hm_prof_busy = true;
   pthread_once(&warm_once, warm_up);
   void *raw[FRAMES + 16];
   int got = profile_stack(raw, FRAMES + 16);
-  int skip = 1;                             /* sample itself */
+  int skip = 1;                             /* sample_due itself */
   if (hm_prof.self_hi)
     while (skip < got && (uintptr_t)raw[skip] >= hm_prof.self_lo && (uintptr_t)raw[skip] < hm_prof.self_hi) skip++;
   uint32_t depth = got > skip ? (uint32_t)(got - skip) : 0;
@@ -314,7 +302,7 @@ static HM_NOINLINE void sample(void *p, size_t n, double odds) {
     depth = FRAMES + 1;
     raw[skip + FRAMES] = NULL;
   }
-  uint64_t weight = (uint64_t)((double)n / odds + 0.5);
+  uint64_t weight = (uint64_t)((double)n / one_minus_exp_neg((double)n / (double)hm_prof.rate) + 0.5);
 
   page_t *pg = class_page(p);
   bool mark = false;
@@ -343,85 +331,29 @@ static HM_NOINLINE void sample(void *p, size_t n, double odds) {
   profile_unlock();
   if (mark) page_mark(pg, true);
   hm_prof_busy = false;
-}
-
-/* A block of class c allocated by h's thread: is it the class's sampled
- * one?  (Each is, with probability class_odds[c], independently.)  Its
- * countdown ends, or starts with the class's first block: */
-static HM_NOINLINE bool countdown_end(int64_t *left, size_t c) {
-  if (!*left && (*left = draw_blocks(c)) > 1) {
-    --*left;
-    return false;
-  }
-  *left = draw_blocks(c);
-  return true;
-}
-HM_INLINE bool class_due(heap_t *h, size_t c) {
-  int64_t *left = &h->sample_left[c];
-  if (likely(*left > 1)) {
-    --*left;
-    return false;
-  }
-  return countdown_end(left, c);
-}
-
-/* An allocation of n bytes above the classes took this thread past its
- * sample point (or is its first): sample p? */
-static HM_NOINLINE void bytes_due(void *p, size_t n) {
-  if (!until_drawn) {                       /* the first: draw its first point */
-    until_drawn = true;
-    until += draw();
-    if (until > 0) return;
-  }
-  until = draw();
-  sample(p, n, one_minus_exp_neg((double)n / (double)hm_prof.rate));
-}
-
-static void dump_if_wanted(void) {
-  if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
-    profile_dump_pending();
-}
-
-static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n, size_t c) {
-  void *p = hm_list_take(l, b);
-  sample(p, n, class_odds[c]);
   return p;
 }
 
-/* The class's first block, or its sampled one (a report a signal asked
- * for is written here). */
-static HM_NOINLINE void *take_counted(heap_t *h, list_t *l, block_t *b, size_t n, size_t c) {
-  dump_if_wanted();
-  if (class_due(h, c)) return take_sampled(l, b, n, c);
-  return hm_list_take(l, b);
-}
+static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n) { return sample_due(hm_list_take(l, b), n); }
 
-/* malloc's fast path missed: count the block down, and pop what the fast
- * path would have popped (the pop last: no frame to keep anything across
- * it).  An empty list takes the slow path, which counts the allocation
- * (profile_alloc). */
+/* malloc's fast path missed: count the bytes down, and pop what it would
+ * have popped (the pop last: no frame to keep anything across it). */
 void *profile_malloc(heap_t *h, size_t n, size_t c) {
-  list_t *l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire);
-  block_t *b = (block_t *)list_head(l);
-  if (unlikely(!b)) return heap_malloc_slow(h, n, c);   /* (CLASS_LARGE's list: the empty page) */
-  int64_t left = h->sample_left[c];
-  if (unlikely(left <= 1)) return take_counted(h, l, b, n, c);
-  h->sample_left[c] = left - 1;             /* (class_due: not the sampled block) */
+  list_t *l;
+  block_t *b;
+  if (unlikely(!(b = (block_t *)list_head(l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire)))))
+    return heap_malloc_slow(h, n, c);          /* (CLASS_LARGE's list: the empty page) */
+  if (unlikely((until -= (int64_t)n) <= 0)) return take_sampled(l, b, n);
   return hm_list_take(l, b);
 }
 
-/* A slow path allocated p for n bytes: a block of a class page counts
- * down its class, a bigger one the bytes. */
+/* A slow path allocated p for n bytes. */
 void profile_alloc(void *p, size_t n) {
-  dump_if_wanted();
-  page_t *pg = page_of_class(p);
-  if (pg) {
-    size_t c = pg->cls;
-    if (unlikely(class_due(atomic_load_explicit(&pg->heap, memory_order_relaxed), c))) sample(p, n, class_odds[c]);
-  } else if (unlikely((until -= (int64_t)n) <= 0)) {
-    bytes_due(p, n);
-  }
+  if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
+    profile_dump_pending();
+  if (unlikely((until -= (int64_t)n) <= 0)) sample_due(p, n);
 }
+
 
 /* The sampled block of s is freed: it leaves the live heap.  (locked; its
  * memory is still mapped) */
@@ -485,24 +417,21 @@ void profile_free(void *p, page_t *pg) {
     page_mark(pg, false);
 }
 
-/* free's slow path (a size it was given is within the block: free's fast
- * path checked): is p the owner's block on a class page that is slow only
- * because it holds samples (its flags are PAGE_SLOW alone, and only the
- * profiler sets that)?  Then, with the checks of free's fast path, it is
- * freed here: the sample ends if p is one (the filter: one load), the page
- * is unmarked if it holds no sample any more, and p goes on the page as the
- * fast path would push it, without the heap lock.  Not for a class with a
- * thread cache, whose pages the purger may take while the owner runs (its
- * frees never push on them unlocked: heap_page_retire, tcache.c).  False for
- * anything else, or a block that looks free (the slow path confirms a
- * double free, locked).  (The owner is tested first: only the owner writes
- * its pages' flags.) */
-bool profile_free_local(void *p) {
-  if (!atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || !segment_near(p)) return false;   /* (NULL too) */
-  page_t *pg = segment_of(p)->slice_page[((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT];
+/* free's slow path, p a block of pg (hm_lookup checked it): is it the
+ * owner's free on a class page that is slow only because it holds samples
+ * (its flags are PAGE_SLOW alone, and only the profiler sets that)?  Then
+ * it is done here: the sample ends if p is one (the filter: one load), the
+ * page is unmarked if it holds no sample any more, and p goes on the page
+ * as free's fast path would push it, without the heap lock.  Not for a
+ * class with a thread cache, whose pages the purger may take while the
+ * owner runs (its frees never push on them unlocked: heap_page_retire,
+ * tcache.c).  False for anything else, or a block that looks free (the
+ * slow path confirms a double free, locked).  (The owner is tested first:
+ * only the owner writes its pages' flags.) */
+bool profile_free_local(void *p, page_t *pg) {
   heap_t *h = hm_tls_heap;
   if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || pg->flags != PAGE_SLOW || tcache_fast(pg->cls) ||
-      !hm_freeable(pg, p, (uintptr_t)p - (uintptr_t)pg->start))
+      !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
     return false;
   if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
   if (unlikely(!page_has_samples(pg))) page_mark(pg, false);
@@ -523,9 +452,6 @@ void profile_fork_child(bool locked) {
   if (locked && !in_tables) pthread_mutex_unlock(&hm_prof.lock);
   rng = 0;
   until = 0;
-  until_drawn = false;
-  heap_t *h = hm_tls_heap;
-  if (h != &hm_heap_empty) memset(h->sample_left, 0, sizeof h->sample_left);
 }
 
 /* ---- start and statistics ------------------------------------------------------ */
@@ -553,7 +479,6 @@ void profile_init(void) {
   hm_prof.page_filter = hm_prof.filter + FILTER;
   hm_prof.ntraces = 1;                            /* entry 0: stacks beyond the table */
   hm_prof.rate = hm_options.profile_rate;
-  for (size_t c = 0; c < CLASSES; c++) class_odds[c] = one_minus_exp_neg((double)class_size(c) / (double)hm_prof.rate);
   hm_prof.err_fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
   strcpy(hm_prof.prefix, prefix);
   if (hm_options.profile_signal) {

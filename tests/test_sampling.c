@@ -177,24 +177,6 @@ TEST(frees_on_a_sampled_page_keep_off_the_lock) {
   CHECKF(entries < marked / 4, "%llu slow-path entries for %u frees on marked pages", (unsigned long long)entries, marked);
 }
 
-/* Sampling counts blocks of a class: a request far below its class's size
- * is sampled as often as the class's blocks, and weighs n / (1 -
- * exp(-size/R)), so that the bytes asked are still estimated right. */
-TEST(small_requests_are_weighed_by_their_class) {
-  enum { N = 400000 };
-  dump_now();
-  double before = dumped("alloc");
-  for (int i = 0; i < N; i++) {
-    void *p = hakmem_malloc(1);             /* a 16-byte block */
-    CHECK(p != NULL);
-    hakmem_free(p);
-  }
-  dump_now();
-  double alloc = dumped("alloc") - before;
-  CHECKF(alloc > 0.9 * N && alloc < 1.1 * N, "estimated %.0f bytes allocated, %d asked", alloc, N);
-  remove_dump();
-}
-
 static void *volatile freed_by_handler;
 static void free_in_handler(int sig) {
   (void)sig;
