@@ -45,7 +45,10 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   if (!p) return;
   segment_t *s;
   page_t *pg = hm_lookup(p, &s, size ? "sized free" : "free");
-  if (unlikely(hm_slow_mode)) slow_mode_free(p, pg);
+  if (unlikely(hm_slow_mode)) {
+    if (profile_free_local(p, pg)) return;    /* the owner's, on a page marked for its samples */
+    slow_mode_free(p, pg);
+  }
   if (pg->cls == CLASS_HUGE) { huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))
     hm_fatal("double free", p, pg);

@@ -17,6 +17,11 @@
  * above the size classes, takes the slow path, which counts its bytes too
  * (profile_alloc), as do the other slow paths (aligned, realloc's growth).
  * With profiling off none of this runs: the miss goes to heap_malloc_slow.
+ * (Windows, lists of the blocks up to a class's next sample that malloc's
+ * fast path itself would pop, with a countdown of blocks per class, cost
+ * fewer instructions but more time: frees cannot push on them without
+ * spoiling the count, so the blocks freed last are not the next handed
+ * out, and the blocks in circulation, with their cache misses, double.)
  *
  * Stacks (profile_stack.c) are walked by the rules of the unwind tables
  * (.eh_frame, as libgcc's unwinder reads them), each return address's rule
@@ -36,11 +41,14 @@
  * filter of counts by address hash: one load for a block that was not
  * sampled.  Frees reach the profiler only on pages marked slow, those
  * holding samples (below), and from other threads; the rest keep their fast
- * path.  The lock is taken with no signal blocked: a thread holding it
- * marks itself (in_tables), and a signal handler that frees a sampled block
- * on that thread leaves the block to it, to be taken out of the tables when
- * it lets the lock go (profile_free); fork from such a handler leaves the
- * lock to the code it interrupted (profile_fork_*).  Reports: profile_dump.c. */
+ * path, and the owner's on a marked page of a class without a thread cache
+ * take a short one (profile_free_local: the filter, and the push free's
+ * fast path makes).  The lock is taken with no signal blocked: a thread
+ * holding it marks itself (in_tables), and a signal handler that frees a
+ * sampled block on that thread leaves the block to it, to be taken out of
+ * the tables when it lets the lock go (profile_free); fork from such a
+ * handler leaves the lock to the code it interrupted (profile_fork_*).
+ * Reports: profile_dump.c. */
 #include "hot.h"
 #include "options.h"
 #include "profile.h"
@@ -68,14 +76,18 @@ static __thread _Atomic unsigned ndeferred;
 
 /* ---- numbers: no libm (hakmem depends on libc alone) ---------------------- */
 
-/* ln x for x > 0: x = m 2^e with m in [1, 2), ln m = 2 atanh((m-1)/(m+1)). */
+/* ln x for a normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (from
+ * the bits of x), ln m = 2 atanh(z) = 2 (z + z^3/3 + z^5/5 + ...) for z =
+ * (m-1)/(m+1), |z| < 0.172: twelve terms reach double precision. */
 static double ln(double x) {
-  int e = 0;
-  while (x >= 2) { x /= 2; e++; }
-  while (x < 1) { x *= 2; e--; }
-  double z = (x - 1) / (x + 1), z2 = z * z, term = z, sum = 0;
-  for (int k = 1; k < 40; k += 2) { sum += term / k; term *= z2; }
-  return 2 * sum + e * 0.69314718055994530942;
+  union { double d; uint64_t u; } v = { .d = x };
+  int e = (int)((v.u >> 52) & 0x7ff) - 1023;
+  v.u = (v.u & ((1ull << 52) - 1)) | (1023ull << 52);
+  double m = v.d;
+  if (m > 1.4142135623730951) { m /= 2; e++; }
+  double z = (m - 1) / (m + 1), z2 = z * z, sum = 0;
+  for (int k = 23; k >= 1; k -= 2) sum = sum * z2 + 1.0 / k;   /* (constants once unrolled) */
+  return 2 * z * sum + e * 0.69314718055994530942;
 }
 
 /* 1 - exp(-x) for x >= 0, accurate for small x too. */
@@ -383,22 +395,48 @@ void profile_heap_destroyed(heap_t *h) {
  * found in the tables only if its filter count is not 0: the count went up
  * before its malloc returned, so before this free.  The owner's free on a
  * page marked slow unmarks it once no sample is left there. */
-void profile_free(void *p, page_t *pg) {
-  if (unlikely(atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0)) {
-    if (unlikely(in_tables)) {              /* a signal handler's, this thread holding the lock */
-      unsigned k = atomic_fetch_add_explicit(&ndeferred, 1, memory_order_relaxed);
-      if (k < DEFERRED) deferred[k] = (uintptr_t)p;
-      else atomic_fetch_add_explicit(&hm_prof.lost, 1, memory_order_relaxed);
-    } else {
-      profile_lock();
-      end_sample_of((uintptr_t)p);
-      profile_unlock();
-    }
+static HM_NOINLINE void end_freed(uintptr_t p) {
+  if (unlikely(in_tables)) {                /* a signal handler's, this thread holding the lock */
+    unsigned k = atomic_fetch_add_explicit(&ndeferred, 1, memory_order_relaxed);
+    if (k < DEFERRED) deferred[k] = p;
+    else atomic_fetch_add_explicit(&hm_prof.lost, 1, memory_order_relaxed);
+  } else {
+    profile_lock();
+    end_sample_of(p);
+    profile_unlock();
   }
+}
+HM_INLINE bool maybe_sampled(const void *p) { return atomic_load_explicit(filter_of((uintptr_t)p), memory_order_relaxed) != 0; }
+HM_INLINE bool page_has_samples(const page_t *pg) { return atomic_load_explicit(page_filter_of(pg), memory_order_relaxed) != 0; }
+
+void profile_free(void *p, page_t *pg) {
+  if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
   if (pg && !(hm_page_flags & PAGE_SLOW) && pg->cls < CLASSES &&
       atomic_load_explicit(&pg->heap, memory_order_relaxed) == hm_tls_heap && (pg->flags & PAGE_SLOW) &&
-      atomic_load_explicit(page_filter_of(pg), memory_order_relaxed) == 0)
+      !page_has_samples(pg))
     page_mark(pg, false);
+}
+
+/* free's slow path, p a block of pg (hm_lookup checked it): is it the
+ * owner's free on a class page that is slow only because it holds samples
+ * (its flags are PAGE_SLOW alone, and only the profiler sets that)?  Then
+ * it is done here: the sample ends if p is one (the filter: one load), the
+ * page is unmarked if it holds no sample any more, and p goes on the page
+ * as free's fast path would push it, without the heap lock.  Not for a
+ * class with a thread cache, whose pages the purger may take while the
+ * owner runs (its frees never push on them unlocked: heap_page_retire,
+ * tcache.c).  False for anything else, or a block that looks free (the
+ * slow path confirms a double free, locked).  (The owner is tested first:
+ * only the owner writes its pages' flags.) */
+bool profile_free_local(void *p, page_t *pg) {
+  heap_t *h = hm_tls_heap;
+  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || pg->flags != PAGE_SLOW || tcache_fast(pg->cls) ||
+      !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
+    return false;
+  if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
+  if (unlikely(!page_has_samples(pg))) page_mark(pg, false);
+  hm_owner_push(h, &pg->list, pg, (block_t *)p);
+  return true;
 }
 
 /* fork (heap.c): the lock is taken with the other global locks when other

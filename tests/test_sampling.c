@@ -157,6 +157,26 @@ TEST(unsampled_mallocs_keep_off_the_slow_path) {
   CHECKF(entries < N / 4, "%llu slow-path entries for %d malloc+free pairs", (unsigned long long)entries, N);
 }
 
+/* The owner's frees on a page marked for the samples it holds keep off
+ * the heap's lock (profile_free_local): the slow-path entries grow with the
+ * samples (each page is unmarked once, locked), not with those frees. */
+TEST(frees_on_a_sampled_page_keep_off_the_lock) {
+  enum { N = 4000 };
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = hakmem_malloc(64);
+  heap_t *h = hm_tls_heap;
+  uint64_t before = atomic_load(&h->slow_ops);
+  unsigned marked = 0;
+  for (int i = 0; i < N; i++) {
+    page_t *pg = page_of(segment_of(p[i]), p[i]);
+    marked += (pg->flags & PAGE_SLOW) != 0;
+    hakmem_free(p[i]);
+  }
+  uint64_t entries = atomic_load(&h->slow_ops) - before;
+  CHECKF(marked >= 100, "only %u of %d frees were on marked pages", marked, N);
+  CHECKF(entries < marked / 4, "%llu slow-path entries for %u frees on marked pages", (unsigned long long)entries, marked);
+}
+
 static void *volatile freed_by_handler;
 static void free_in_handler(int sig) {
   (void)sig;
