@@ -265,8 +265,12 @@ static void collect(heap_t *h, rbuf_t *o) {
     for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
     for (uint32_t i = 0; i < o->n; i++) {
       block_t *b = o->block[i];
-      page_t *pg = page_of(segment_of(b), b);    /* (its sender found it a block start of ours) */
-      if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h && !block_looks_free(pg, b))
+      page_t *pg = page_of(segment_of(b), b);
+      /* Its sender found b a block start of ours, but a page given back
+       * since (a block freed twice, the first collected) may have been
+       * carved again for another size: checked again, as free's fast path. */
+      if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h &&
+          hm_freeable(pg, b, (uintptr_t)b - (uintptr_t)pg->start))
         hm_owner_push(h, hm_push_target(b), pg, b);
       else if (pg->cls == CLASS_LARGE)
         hm_free_release(segment_of(b), pg, b, true);   /* (its sender set its freed flag) */

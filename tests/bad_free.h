@@ -113,6 +113,41 @@ static void c_small_remote_twice_apart(void) {
   in_thread(thread_free_twice_apart, p);
   owner_takes_inbox();
 }
+/* another thread frees a block twice, the frees sent in two batches; the
+ * owner collects the first, gives the emptied page back and carves 48 B
+ * blocks over it before the second arrives, which then points into one of
+ * them */
+static pthread_barrier_t reuse_bar;
+static void *thread_free_twice_batched(void *p) {
+  hakmem_free(p);
+  hakmem_collect(0);                            /* the first batch goes */
+  hakmem_free(p);                               /* the second waits in the buffer */
+  pthread_barrier_wait(&reuse_bar);
+  pthread_barrier_wait(&reuse_bar);
+  return NULL;                                  /* (sent as the thread exits) */
+}
+static void c_small_remote_twice_page_reused(void) {
+  static char *p[256];
+  for (int i = 0; i < 256; i++) p[i] = hakmem_malloc(1024);
+  char *b = p[129];
+  target(b);                                    /* (the hardened mode reports the second free itself) */
+  pthread_t t;
+  pthread_barrier_init(&reuse_bar, NULL, 2);
+  pthread_create(&t, NULL, thread_free_twice_batched, b);
+  pthread_barrier_wait(&reuse_bar);
+  for (int i = 1; i < 256; i++)                /* (p[0] keeps the segment) */
+    if (p[i] != b) hakmem_free(p[i]);
+  hakmem_collect(0);                            /* the first batch: b's page empties and goes */
+  char *q = NULL;
+  for (int i = 0; i < 200000 && !(q && b >= q && b < q + 48); i++) {
+    q = hakmem_malloc(48);
+    memset(q, 0x5a, 48);
+  }
+  if (!(b >= q && b < q + 48)) { fprintf(stderr, "the 48 B blocks never covered the page\n"); _exit(3); }
+  pthread_barrier_wait(&reuse_bar);
+  pthread_join(t, NULL);
+  hakmem_collect(0);                            /* the second batch */
+}
 static void c_small_owner_remote(void) { owner_then_remote(100); }
 static void c_small_remote_owner(void) { remote_then_owner(100); }
 static void c_small_remote_twice(void) { remote_twice(100); }
@@ -179,6 +214,7 @@ static const struct bad_case {
   int fresh;                                    /* run in a process exec'd for it, not a fork */
 } bad_cases[] = {
   {"double free (100 B)", "double free", c_double_small, 1},
+  {"another thread's double free, sent in two batches, the page carved for 48 B blocks in between", "middle of a block|double free", c_small_remote_twice_page_reused, 1, 1},
   {"double free (20 KB)", "double free", c_double_medium, 1},
   {"double free (1 MiB)", "not an allocated block|double free", c_double_large, 1},
   {"double free (16 MiB)", "did not allocate", c_double_huge, 1},
