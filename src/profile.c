@@ -430,11 +430,10 @@ void profile_free(void *p, page_t *pg) {
  * only the owner writes its pages' flags.) */
 bool profile_free_local(void *p, page_t *pg) {
   heap_t *h = hm_tls_heap;
-  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || pg->flags != PAGE_SLOW || tcache_fast(pg->cls) ||
-      !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
+  if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || pg->flags != PAGE_SLOW || pg->cls >= CLASSES ||
+      tcache_fast(pg->cls) || !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
     return false;
-  if (unlikely(maybe_sampled(p))) end_freed((uintptr_t)p);
-  if (unlikely(!page_has_samples(pg))) page_mark(pg, false);
+  profile_free(p, pg);
   hm_owner_push(h, &pg->list, pg, (block_t *)p);
   return true;
 }

@@ -178,9 +178,9 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
       h->quiet.seen_ops = ops;
       h->quiet.since_ms = now;
       if (!parked) { watching = true; continue; }
-    } else if (!parked && now < quiet_due(&h->quiet)) {
-      next = min_due(next, quiet_due(&h->quiet));
-      continue;
+    } else if (!parked) {
+      uint64_t due = quiet_due(&h->quiet);
+      if (now < due) { next = min_due(next, due); continue; }
     }
     if (!heap_trylock(h)) { watching = true; continue; }
     hm_assert(heap_held(h) && in_purger);
