@@ -107,7 +107,7 @@ static void validate_page(heap_t *h, page_t *pg, bool full) {
   if (full) hm_assert(!pg->free && pg->capacity == pg->reserved);   /* parked: found full */
   if (!(hm_secure && pg->cls == 0)) validate_free_list(pg);   /* (malloc(0)'s pages have no list: secure.c) */
   if (tcache_fast(pg->cls)) {                            /* where the owner's frees push */
-    list_t *push = pg->flags ? &pg->list : h->tc_parked ? &h->tc_sink : &h->tc[pg->cls - TC_MIN].l;
+    list_t *push = pg->flags & ~PAGE_SLOW ? &pg->list : h->tc_parked ? &h->tc_sink : &h->tc[pg->cls - TC_MIN].l;
     for (size_t k = pg->slice; k < (size_t)pg->slice + pg->slices; k++) hm_assert(slice_push_of(s, k) == push);
   } else {
     hm_assert(slice_push_of(s, pg->slice) == &pg->list);

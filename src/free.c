@@ -46,7 +46,7 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   segment_t *s;
   page_t *pg = hm_lookup(p, &s, size ? "sized free" : "free");
   if (unlikely(hm_slow_mode)) {
-    if (profile_free_local(p, pg)) return;    /* the owner's, on a page marked for its samples */
+    if (profile_free_local(p, pg, to_cache)) return;    /* the owner's, on a page marked for its samples */
     slow_mode_free(p, pg);
   }
   if (pg->cls == CLASS_HUGE) { huge_free(s); return; }

@@ -182,8 +182,10 @@ static inline void page_set_push(page_t *pg, list_t *to) {
 }
 static inline void page_set_local(page_t *pg) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
-  if (pg->cls < CLASSES && tcache_fast(pg->cls))      /* (other pages push onto themselves) */
-    page_set_push(pg, h && !pg->flags ? &h->tc[pg->cls - TC_MIN].l : &pg->list);
+  /* (other pages push onto themselves; a page marked for the profiler's
+   * samples, PAGE_SLOW alone, onto the cache: profile_free_local) */
+  if (pg->cls < CLASSES && tcache_fast(pg->cls))
+    page_set_push(pg, h && !(pg->flags & ~PAGE_SLOW) ? &h->tc[pg->cls - TC_MIN].l : &pg->list);
   /* (a user heap's pages have no local owner: all their frees are remote) */
   atomic_store_explicit(&pg->local, pg->flags || !h || h->user ? 0 : (uintptr_t)h, memory_order_relaxed);
 }

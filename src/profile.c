@@ -41,13 +41,13 @@
  * filter of counts by address hash: one load for a block that was not
  * sampled.  Frees reach the profiler only on pages marked slow, those
  * holding samples (below), and from other threads; the rest keep their fast
- * path, and the owner's on a marked page of a class without a thread cache
- * take a short one (profile_free_local: the filter, and the push free's
- * fast path makes).  The lock is taken with no signal blocked: a thread
- * holding it marks itself (in_tables), and a signal handler that frees a
- * sampled block on that thread leaves the block to it, to be taken out of
- * the tables when it lets the lock go (profile_free); fork from such a
- * handler leaves the lock to the code it interrupted (profile_fork_*).
+ * path, and the owner's on a marked page take a short one
+ * (profile_free_local: the filter, and the push free's fast path makes).
+ * The lock is taken with no signal blocked: a thread holding it marks
+ * itself (in_tables), and a signal handler that frees a sampled block on
+ * that thread leaves the block to it, to be taken out of the tables when
+ * it lets the lock go (profile_free); fork from such a handler leaves the
+ * lock to the code it interrupted (profile_fork_*).
  * Reports: profile_dump.c. */
 #include "hot.h"
 #include "options.h"
@@ -421,20 +421,23 @@ void profile_free(void *p, page_t *pg) {
  * owner's free on a class page that is slow only because it holds samples
  * (its flags are PAGE_SLOW alone, and only the profiler sets that)?  Then
  * it is done here: the sample ends if p is one (the filter: one load), the
- * page is unmarked if it holds no sample any more, and p goes on the page
- * as free's fast path would push it, without the heap lock.  Not for a
- * class with a thread cache, whose pages the purger may take while the
- * owner runs (its frees never push on them unlocked: heap_page_retire,
- * tcache.c).  False for anything else, or a block that looks free (the
+ * page is unmarked if it holds no sample any more, and p goes where free's
+ * fast path would push it, without the heap's lock, on the list free's
+ * slice_push entry names: its page, or for a class with a thread cache
+ * the cache (the sink while the purger holds the caches: tcache.c), never
+ * that page, which the purger may take while the owner runs
+ * (page_set_local).  to_cache false (realloc's free) takes the lock for
+ * such a class.  False for anything else, or a block that looks free (the
  * slow path confirms a double free, locked).  (The owner is tested first:
  * only the owner writes its pages' flags.) */
-bool profile_free_local(void *p, page_t *pg) {
+bool profile_free_local(void *p, page_t *pg, bool to_cache) {
   heap_t *h = hm_tls_heap;
   if (atomic_load_explicit(&pg->heap, memory_order_relaxed) != h || pg->flags != PAGE_SLOW || pg->cls >= CLASSES ||
-      tcache_fast(pg->cls) || !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
+      !atomic_load_explicit(&hm_malloc_profiled, memory_order_relaxed) || block_looks_free(pg, p))
     return false;
+  if (tcache_fast(pg->cls) && !to_cache) return false;
   profile_free(p, pg);
-  hm_owner_push(h, &pg->list, pg, (block_t *)p);
+  hm_owner_push(h, hm_push_target(p), pg, (block_t *)p);
   return true;
 }
 

@@ -16,8 +16,8 @@ void profile_init(void);                /* (options_init) */
 void *profile_malloc(heap_t *h, size_t n, size_t c);   /* malloc's misses when profiling (hm_malloc_profiled) */
 void profile_alloc(void *p, size_t n);  /* a slow path just allocated p for n bytes */
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
-bool profile_free_local(void *p, page_t *pg);   /* free's slow path: the owner's free on a page marked
-                                                   for its samples, done */
+bool profile_free_local(void *p, page_t *pg, bool to_cache);   /* free's slow path: the owner's free
+                                                   on a page marked for its samples, done */
 void profile_heap_destroyed(heap_t *h); /* hakmem_heap_destroy(h) frees every block of h */
 void profile_stats(int fd);             /* the stats report's line; nothing when off */
 void profile_fork_prepare(void);

@@ -177,6 +177,31 @@ TEST(frees_on_a_sampled_page_keep_off_the_lock) {
   CHECKF(entries < marked / 4, "%llu slow-path entries for %u frees on marked pages", (unsigned long long)entries, marked);
 }
 
+/* The same for a class with a thread cache (4 KiB): the owner's frees on
+ * marked pages go to the cache, as free's fast path would push them, without
+ * the lock; the blocks malloc takes back come from the cache, so the cache
+ * does not empty and refill through the slow path either. */
+TEST(frees_on_a_sampled_page_keep_to_the_thread_cache) {
+  enum { W = 32, N = 4000 };
+  static void *p[W];
+  if (!tcache_fast(class_of(4096))) { SKIP("no thread cache here (HAKMEM_THREAD_CACHE_KB=0 or no membarrier)"); return; }
+  for (int i = 0; i < W; i++) p[i] = hakmem_malloc(4096);
+  heap_t *h = hm_tls_heap;
+  uint64_t before = atomic_load(&h->slow_ops);
+  unsigned marked = 0;
+  for (int i = 0; i < N; i++) {
+    void *q = p[i % W];
+    page_t *pg = page_of(segment_of(q), q);
+    marked += (pg->flags & PAGE_SLOW) != 0;
+    hakmem_free(q);
+    p[i % W] = hakmem_malloc(4096);
+  }
+  uint64_t entries = atomic_load(&h->slow_ops) - before;
+  for (int i = 0; i < W; i++) hakmem_free(p[i]);
+  CHECKF(marked >= 100, "only %u of %d frees were on marked pages", marked, N);
+  CHECKF(entries < marked / 4, "%llu slow-path entries for %u frees on marked pages", (unsigned long long)entries, marked);
+}
+
 static void *volatile freed_by_handler;
 static void free_in_handler(int sig) {
   (void)sig;
