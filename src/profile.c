@@ -74,7 +74,11 @@ static __thread _Atomic unsigned ndeferred;
 
 /* ---- numbers: no libm (hakmem depends on libc alone) ---------------------- */
 
-/* ---- numbers: no libm (hakmem depends on libc alone) ---------------------- */
+/* 1/k, for the series below: multiplications, where divisions would each
+ * take tens of cycles. */
+static const double inv[24] = { 0, 1, 1.0 / 2, 1.0 / 3, 1.0 / 4, 1.0 / 5, 1.0 / 6, 1.0 / 7, 1.0 / 8,
+                                1.0 / 9, 1.0 / 10, 1.0 / 11, 1.0 / 12, 1.0 / 13, 1.0 / 14, 1.0 / 15, 1.0 / 16,
+                                1.0 / 17, 1.0 / 18, 1.0 / 19, 1.0 / 20, 1.0 / 21, 1.0 / 22, 1.0 / 23 };
 
 /* ln x for a normal x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (from
  * the bits of x), ln m = 2 atanh(z) = 2 (z + z^3/3 + z^5/5 + ...) for z =
@@ -84,22 +88,25 @@ static double ln(double x) {
   int e = (int)((v.u >> 52) & 0x7ff) - 1023;
   v.u = (v.u & ((1ull << 52) - 1)) | (1023ull << 52);
   double m = v.d;
-  if (m > 1.4142135623730951) { m /= 2; e++; }
+  if (m > 1.4142135623730951) { m *= 0.5; e++; }
   double z = (m - 1) / (m + 1), z2 = z * z, sum = 0;
-  for (int k = 23; k >= 1; k -= 2) sum = sum * z2 + 1.0 / k;   /* (constants once unrolled) */
+  for (int k = 23; k >= 1; k -= 2) sum = sum * z2 + inv[k];
   return 2 * z * sum + e * 0.69314718055994530942;
 }
 
-/* 1 - exp(-x) for x >= 0, accurate for small x too. */
+/* 1 - exp(-x) for x >= 0, to double precision for small x too: x halved
+ * to at most 1/2, where 1 - exp(-x) = x (1 - x/2 (1 - x/3 (1 - ...))) to
+ * fifteen terms, then doubled back by 1 - exp(-2x) = a (2 - a) for a = 1 -
+ * exp(-x), which loses nothing to cancellation. */
 static double one_minus_exp_neg(double x) {
   if (x > 40) return 1;
-  if (x < 1e-4) return x - x * x / 2 + x * x * x / 6;
   int halvings = 0;
-  while (x > 0.5) { x /= 2; halvings++; }
-  double term = 1, e = 1;                   /* exp(-x) by its series, then squared back */
-  for (int k = 1; k < 20; k++) { term *= -x / k; e += term; }
-  while (halvings--) e *= e;
-  return 1 - e;
+  while (x > 0.5) { x *= 0.5; halvings++; }
+  double p = 1;
+  for (int k = 15; k >= 2; k--) p = 1 - x * inv[k] * p;
+  double a = x * p;
+  while (halvings--) a *= 2 - a;
+  return a;
 }
 
 static uint64_t next_random(void) {        /* xorshift64* */
