@@ -90,6 +90,7 @@ static double ln(double x) {
   double m = v.d;
   if (m > 1.4142135623730951) { m *= 0.5; e++; }
   double z = (m - 1) / (m + 1), z2 = z * z, sum = 0;
+  #pragma GCC unroll 12
   for (int k = 23; k >= 1; k -= 2) sum = sum * z2 + inv[k];
   return 2 * z * sum + e * 0.69314718055994530942;
 }
@@ -103,6 +104,7 @@ static double one_minus_exp_neg(double x) {
   int halvings = 0;
   while (x > 0.5) { x *= 0.5; halvings++; }
   double p = 1;
+  #pragma GCC unroll 14
   for (int k = 15; k >= 2; k--) p = 1 - x * inv[k] * p;
   double a = x * p;
   while (halvings--) a *= 2 - a;
