@@ -128,3 +128,18 @@ void hm_free_quarantine(heap_t *h) {
 void hm_free_quarantine_held(heap_t *h) {
   for (void *p; (p = secure_quarantine_take(h));) release_quarantined(p);
 }
+
+/* The same by the purger, holding quiet h's lock (heap_trim_idle): each block
+ * goes back as another thread's free, which a quiet or exited owner's trim
+ * takes back (the purger adopts no segment).  Without it the quarantine of a
+ * thread that waits would pin its blocks' pages, its own and other
+ * threads', for as long as it waits. */
+void hm_free_quarantine_quiet(heap_t *h) {
+  for (void *p; (p = secure_quarantine_take(h));) {
+    p = secure_unquarantine(p);
+    page_t *pg = page_of(segment_of(p), p);
+    heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
+    page_free_remote(pg, (block_t *)p);
+    if (owner && owner != h && unlikely(heap_idle(owner))) heap_wake_idle(owner);
+  }
+}

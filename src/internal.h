@@ -488,6 +488,7 @@ void hm_free_sized_slow(void *p, size_t size);     /* a sized free the fast path
 void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache);   /* free a checked block */
 void hm_free_quarantine(heap_t *h);                /* (secure mode) release h's quarantine: by h's owner */
 void hm_free_quarantine_held(heap_t *h);           /* the same by another thread, holding h's lock */
+void hm_free_quarantine_quiet(heap_t *h);          /* the same by the purger, h quiet and locked */
 
 /* alloc.c: the API behind both the hakmem_* and the standard names */
 size_t hm_block_usable(page_t *pg, const void *p, const char *op);   /* p (of pg) live: its size, else reported */

@@ -13,7 +13,9 @@
  *  - Freed blocks wait in a per-thread quarantine before they can be reused,
  *    their first 256 bytes filled with a pattern (the whole block with zeros
  *    at level 2); the fill is checked when they leave it and again when they
- *    are handed out, so a write through a dangling pointer is reported.
+ *    are handed out, so a write through a dangling pointer is reported.  A
+ *    quiet thread's quarantine leaves when the purger trims its heap
+ *    (hm_free_quarantine_quiet), so that it pins no pages while it waits.
  *  - Every page and every large or huge block ends in a guard page
  *    (PROT_NONE), so a linear overflow faults instead of reaching the next
  *    page.  Each guard costs a mapping of its own: beyond vm.max_map_count

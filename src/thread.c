@@ -64,12 +64,14 @@ static bool trim_page(heap_t *h, page_t *pg, uint32_t elsewhere) {
 
 /* The purger (h locked, its owner perhaps running fast paths): give back the
  * pages no thread can reach any more (page_unreachable), then purge what is
- * due.  First the thread caches are emptied (a quiet thread does not need
- * them).  Blocks handed over on the delayed list count as free; those of pages
- * still in use go back on the list for the owner.  True if it freed a page. */
+ * due.  First its quarantine (hardened mode) and thread caches are emptied
+ * (a quiet thread does not need them).  Blocks handed over on the delayed
+ * list count as free; those of pages still in use go back on the list for
+ * the owner.  True if it freed a page. */
 bool heap_trim_idle(heap_t *h) {
   hm_assert(heap_held(h) && h->live);
   bool freed = false;
+  if (hm_secure) hm_free_quarantine_quiet(h);   /* its quarantined blocks back to their owners */
   tcache_take(h);                     /* its cached blocks onto their pages' remote lists */
   remote_take(h);                     /* and those other threads sent it */
   uintptr_t b = atomic_exchange_explicit(&h->delayed, 0, memory_order_acquire), keep = 0, keep_last = 0;

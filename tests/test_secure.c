@@ -422,4 +422,50 @@ TEST(usable_size_is_the_requested_size) {
   }
 }
 
+/* A thread that frees and then waits keeps no quarantine: the purger
+ * releases a quiet heap's quarantine, so the pages of its blocks go back
+ * (they stayed resident for as long as the thread waited). */
+#define QUIET_BLOCKS 1000
+static pthread_barrier_t qbar;
+static void *quiet_freer(void *arg) {
+  (void)arg;
+  static void *v[QUIET_BLOCKS];
+  for (int i = 0; i < QUIET_BLOCKS; i++)
+    if ((v[i] = hakmem_malloc(8192)) != NULL) memset(v[i], 1, 8192);
+  pthread_barrier_wait(&qbar);                 /* allocated: main reads the peak */
+  for (int i = 0; i < QUIET_BLOCKS; i++) hakmem_free(v[i]);
+  pthread_barrier_wait(&qbar);                 /* freed: 4 MiB of them in the quarantine */
+  pthread_barrier_wait(&qbar);                 /* wait, calling nothing, until main is done */
+  return NULL;
+}
+
+TEST(quiet_thread_quarantine_released) {
+  hakmem_free(hakmem_malloc(16));              /* main has a heap: the purger's two threads */
+  long base = test_rss_kib();
+  pthread_barrier_init(&qbar, NULL, 2);
+  pthread_t t;
+  pthread_create(&t, NULL, quiet_freer, NULL);
+  pthread_barrier_wait(&qbar);
+  long peak = test_rss_kib();
+  pthread_barrier_wait(&qbar);
+  uint64_t t0 = test_now_ms(), waited = 0;
+  long now = peak;
+  while (waited < 3000) {
+    now = test_rss_kib();
+    if (now - base < 2048) break;
+    hakmem_free(hakmem_malloc(16));            /* (a slow path: the purger starts from one) */
+    test_sleep_ms(5);
+    waited = test_now_ms() - t0;
+  }
+  pthread_barrier_wait(&qbar);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&qbar);
+  NOTE("RSS %ld KiB before, %ld KiB with %d blocks of 8 KiB, %ld KiB %llu ms after their thread freed them and "
+       "went quiet", base, peak, QUIET_BLOCKS, now, (unsigned long long)waited);
+  CHECKF(peak - base > 6 * 1024, "the blocks should hold > 6 MiB, held %ld KiB", peak - base);
+  if (test_sanitized()) SKIP("RSS under a sanitizer");
+  else CHECKF(now - base < 2048, "%ld KiB above the start still resident %llu ms after the thread went quiet",
+              now - base, (unsigned long long)waited);
+}
+
 TEST_MAIN()
