@@ -205,6 +205,16 @@ bool heap_trylock(heap_t *h) {
   atomic_store_explicit(&h->other_in, 0, memory_order_release);
   return false;
 }
+/* The same for a heap no thread owns (parked, thread.c), the caller holding
+ * what a thread must take to own it: no thread is in it, and the next owner
+ * sees other_in when it looks, with no membarrier. */
+bool heap_trylock_unowned(heap_t *h) {
+  if (!lock_fenced) return heap_trylock(h);
+  hm_assert(!atomic_load_explicit(&h->owner_in, memory_order_relaxed));
+  atomic_store_explicit(&h->other_in, 1, memory_order_relaxed);
+  lock_hold(h);
+  return true;
+}
 void heap_unlock(heap_t *h) {
   lock_drop(h);
   if (lock_fenced) atomic_store_explicit(&h->other_in, 0, memory_order_release);

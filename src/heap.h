@@ -122,8 +122,9 @@ typedef struct heap_s {
   _Atomic(const void *) holder;  /* (debug build) the thread holding the lock (heap_held) */
 #endif
   _Atomic uint64_t slow_ops;     /* the owner's slow-path entries: the purger's idleness test */
-  _Atomic uint64_t parked_ms;    /* when its thread left it parked, 0 while a thread owns it
-                                    (the purger reads it: a parked heap is never busy) */
+  _Atomic uint64_t parked_ms;    /* when its thread left it parked, 0 unless it is on the
+                                    parked list (written with heaps_lock held, thread.c; the
+                                    purger reads it: a parked heap is never busy) */
   list_t *_Atomic direct[DIRECT_N]; /* DIRECT_BIG's index of a size -> the list malloc pops:
                                     the first page of the class's queue for the small classes
                                     (set_current), the thread cache from 4 KiB.  Kept when the struct
@@ -214,6 +215,8 @@ void    heap_enter(heap_t *h);                     /* the owner's slow paths hol
 void    heap_leave(heap_t *h);
 void    heap_lock_raw(heap_t *h), heap_unlock_raw(heap_t *h);   /* the same, without heap_enter's work */
 bool    heap_trylock(heap_t *h);                   /* (purger, malloc_trim) another heap's lock */
+bool    heap_trylock_unowned(heap_t *h);           /* (thread.c) a parked heap's */
+bool    heap_trylock_parked(heap_t *h);            /* (purger) h's lock if h is parked, else false */
 void    heap_unlock(heap_t *h);
 bool    heap_held(const heap_t *h);                /* (debug build: hm_assert) this thread holds h's lock */
 void    heap_validate(heap_t *h);                  /* (debug build, h locked) check the whole heap (debug.c) */

@@ -182,7 +182,7 @@ static uint64_t pass(uint64_t *poll, uint64_t *watch) {
       uint64_t due = quiet_due(&h->quiet);
       if (now < due) { next = min_due(next, due); continue; }
     }
-    if (!heap_trylock(h)) { watching = true; continue; }
+    if (!(parked ? heap_trylock_parked(h) : heap_trylock(h))) { watching = true; continue; }
     hm_assert(heap_held(h) && in_purger);
     /* Idle before the trim looks at what other threads sent the heap (its
      * inbox, delayed list, pages' remote lists): one that sends after the

@@ -166,6 +166,15 @@ static heap_t *parked_take(void) {
   return h;
 }
 
+/* The purger's lock of h if h is still parked (else false): parked_take
+ * takes heaps_lock before the next owner's lock_raw looks at other_in. */
+bool heap_trylock_parked(heap_t *h) {
+  pthread_mutex_lock(&heaps_lock);
+  bool got = atomic_load_explicit(&h->parked_ms, memory_order_relaxed) != 0 && heap_trylock_unowned(h);
+  pthread_mutex_unlock(&heaps_lock);
+  return got;
+}
+
 heap_t *heap_made(void) {
   heap_t *h = heap_struct_alloc();
   if (!h) return NULL;
@@ -317,11 +326,11 @@ static void heap_park(heap_t *h) {
   heap_give_back(h);
   hm_validate(h);
   uint64_t now = os_now_ms(), look = decay_due(&h->decay, now);
-  atomic_store_explicit(&h->parked_ms, now, memory_order_relaxed);
   heap_unlock_raw(h);
   hm_tls_heap = &hm_heap_empty;      /* (the next thread may take it from here on) */
   heap_t *oldest = NULL;
   pthread_mutex_lock(&heaps_lock);
+  atomic_store_explicit(&h->parked_ms, now, memory_order_relaxed);   /* (out of it: heap_trylock_parked) */
   h->next_free = parked;
   parked = h;
   if (++parked_count > PARK_MAX) {   /* the list is full: the oldest goes for good */
@@ -330,6 +339,7 @@ static void heap_park(heap_t *h) {
     oldest = *p;
     *p = NULL;
     parked_count--;
+    atomic_store_explicit(&oldest->parked_ms, 0, memory_order_relaxed);
   }
   pthread_mutex_unlock(&heaps_lock);
   if (oldest) heap_release(oldest);
@@ -354,6 +364,7 @@ uint64_t heap_parked_tidy(uint64_t now) {
     if (h) {
       *p = h->next_free;
       parked_count--;
+      atomic_store_explicit(&h->parked_ms, 0, memory_order_relaxed);
     }
     pthread_mutex_unlock(&heaps_lock);
     if (!h) return next;
