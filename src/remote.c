@@ -16,10 +16,10 @@
  * buffer, or one in the slot another owner needs, is sent (remote_send): it
  * goes onto the owner's inbox with one CAS, its blocks still untouched.  The
  * owner takes its inbox on malloc's slow path (remote_collect), prefetches the
- * blocks of each buffer, and frees them as its own, through free's fast path
- * with its double-free test: so the blocks' lines never leave the owner's
- * core.  Empty buffers it keeps for its own sends (up to RB_SPARES) or sends
- * home to the heap that made them.
+ * blocks of each buffer, and frees them as its own, with free's block-start
+ * and double-free tests, a page looked up once for a run of its blocks: so
+ * the blocks' lines never leave the owner's core.  Empty buffers it keeps for
+ * its own sends (up to RB_SPARES) or sends home to the heap that made them.
  *
  * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
  * collected them a buffer's blocks go onto their pages' thread_free lists, as
