@@ -91,11 +91,12 @@ HM_INLINE bool hm_list_push(list_t *o, page_t *pg, block_t *b) {
  * the thread cache of its class).  The count reaching 0 is an emptied page
  * or a full cache (a tail call: free's fast path then saves no registers). */
 void tcache_full(heap_t *h, page_t *pg);
+HM_INLINE void hm_owner_push_ended(heap_t *h, list_t *o, page_t *pg) {
+  if (o == &pg->list) heap_page_retire(h, pg);
+  else tcache_full(h, pg);
+}
 HM_INLINE void hm_owner_push(heap_t *h, list_t *o, page_t *pg, block_t *b) {
-  if (unlikely(hm_list_push(o, pg, b))) {
-    if (o == &pg->list) heap_page_retire(h, pg);
-    else tcache_full(h, pg);
-  }
+  if (unlikely(hm_list_push(o, pg, b))) hm_owner_push_ended(h, o, pg);
 }
 
 /* A block of n's class from h's list for it, or NULL with *c the class for

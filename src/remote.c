@@ -16,10 +16,10 @@
  * buffer, or one in the slot another owner needs, is sent (remote_send): it
  * goes onto the owner's inbox with one CAS, its blocks still untouched.  The
  * owner takes its inbox on malloc's slow path (remote_collect), prefetches the
- * blocks of each buffer, and frees them as its own, through free's fast path
- * with its double-free test: so the blocks' lines never leave the owner's
- * core.  Empty buffers it keeps for its own sends (up to RB_SPARES) or sends
- * home to the heap that made them.
+ * blocks of each buffer, and frees them as its own, with free's block-start
+ * and double-free tests, a page looked up once for a run of its blocks: so
+ * the blocks' lines never leave the owner's core.  Empty buffers it keeps for
+ * its own sends (up to RB_SPARES) or sends home to the heap that made them.
  *
  * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
  * collected them a buffer's blocks go onto their pages' thread_free lists, as
@@ -254,29 +254,67 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
 
 /* ---- the owner's side -------------------------------------------------------- */
 
-/* Free the blocks of buffers o... (the owner, no lock held) as free's fast
- * path would: their senders did not read them, so this is where a block freed
+/* Free b, a block of a buffer of h's (the owner, no lock held), as free's
+ * fast path would: its sender did not read it, so this is where a block freed
  * twice is caught (the second time it looks free). */
+static void collect_one(heap_t *h, block_t *b) {
+  segment_t *s = segment_of(b);
+  size_t k = ((uintptr_t)b & SEG_MASK) >> SLICE_SHIFT;
+  page_t *pg = s->slice_page[k];
+  list_t *to = slice_push_of(s, k);
+  /* Its sender found b a block start of ours, but a page given back since (a
+   * block freed twice, the first collected) may have been carved again for
+   * another size: checked again, as free's fast path. */
+  if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h &&
+      hm_freeable(pg, b, (uintptr_t)b - (uintptr_t)pg->start))
+    hm_owner_push(h, to, pg, b);
+  else if (pg->cls == CLASS_LARGE)
+    hm_free_release(s, pg, b, true);            /* (its sender set its freed flag) */
+  else
+    hm_free_block(b, true, 0);                  /* a cached class, a parked page, a double free... */
+}
+
+/* Free the blocks of buffer o, each as collect_one would, but the page and
+ * push target of a slice looked up once for the blocks of that slice that
+ * follow each other in o (a producer's blocks come in such runs), and its
+ * owner tested once: only this thread changes a page of its own, and it
+ * starts a new lookup after anything but a push.  A slice whose page is not
+ * h's has hm_page_invalid for its page, whose block-start test no block
+ * passes: its blocks go one by one. */
+static void collect_buffer(heap_t *h, rbuf_t *o) {
+  block_t **at = (block_t **)o->block, **end = at + o->n;
+  for (block_t **p = at; p < end; p++) __builtin_prefetch(*p, 1);
+  uintptr_t slice = 1;                          /* what pg and to are for (1: nothing) */
+  page_t *pg = &hm_page_invalid;
+  list_t *to = NULL;
+  for (; at < end; at++) {
+    block_t *b = *at;
+    if (((uintptr_t)b & ~(SLICE_SIZE - 1)) != slice) {
+      segment_t *s = segment_of(b);
+      size_t k = ((uintptr_t)b & SEG_MASK) >> SLICE_SHIFT;
+      slice = (uintptr_t)b & ~(SLICE_SIZE - 1);
+      pg = s->slice_page[k];
+      to = slice_push_of(s, k);
+      if (atomic_load_explicit(&pg->local, memory_order_relaxed) != (uintptr_t)h) pg = &hm_page_invalid;
+    }
+    if (likely(hm_freeable(pg, b, (uintptr_t)b - (uintptr_t)pg->start))) {
+      if (likely(!hm_list_push(to, pg, b))) continue;
+      hm_owner_push_ended(h, to, pg);           /* (an emptied page, a full cache) */
+    } else {
+      collect_one(h, b);                        /* (not ours, not a block start, a double free...) */
+    }
+    slice = 1;
+  }
+}
+
+/* Free the blocks of buffers o... (the owner, no lock held) and keep or send
+ * back the buffers. */
 static void collect(heap_t *h, rbuf_t *o) {
   hm_assert(!heap_held(h) && o != INBOX_CLOSED);
   while (o) {
     rbuf_t *next = o->next;
     hm_assert(o->to == h && o->n > 0 && o->n <= RB_BLOCKS);   /* buffers of h's blocks */
-    for (uint32_t i = 0; i < o->n; i++) __builtin_prefetch(o->block[i], 1);
-    for (uint32_t i = 0; i < o->n; i++) {
-      block_t *b = o->block[i];
-      page_t *pg = page_of(segment_of(b), b);
-      /* Its sender found b a block start of ours, but a page given back
-       * since (a block freed twice, the first collected) may have been
-       * carved again for another size: checked again, as free's fast path. */
-      if (atomic_load_explicit(&pg->local, memory_order_relaxed) == (uintptr_t)h &&
-          hm_freeable(pg, b, (uintptr_t)b - (uintptr_t)pg->start))
-        hm_owner_push(h, hm_push_target(b), pg, b);
-      else if (pg->cls == CLASS_LARGE)
-        hm_free_release(segment_of(b), pg, b, true);   /* (its sender set its freed flag) */
-      else
-        hm_free_block(b, true, 0);              /* a cached class, a parked page, a double free... */
-    }
+    collect_buffer(h, o);
     if (h->rb_spares < RB_SPARES) {
       hm_assert(o->home != NULL);
       o->next = h->rb_spare;

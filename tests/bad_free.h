@@ -98,19 +98,31 @@ static void c_small_delayed_twice(void) {
   in_thread(thread_free_pair_twice, pair);
   owner_takes_inbox();
 }
-/* another thread frees a block, 99 more (the buffer holding the first is
- * sent: src/remote.c), then the first again */
-static void *thread_free_twice_apart(void *arg) {
-  void **p = arg;
-  for (int i = 0; i < 100; i++) hakmem_free(p[i]);
-  target(p[0]);
-  hakmem_free(p[0]);
+/* another thread frees blocks p[0..n) of its owner's, then p[again] a
+ * second time */
+struct free_again { void **p; int n, again; };
+static void *thread_free_then_again(void *arg) {
+  struct free_again *f = arg;
+  for (int i = 0; i < f->n; i++) hakmem_free(f->p[i]);
+  target(f->p[f->again]);
+  hakmem_free(f->p[f->again]);
   return NULL;
 }
+/* a block, 99 more (the buffer holding the first is sent: src/remote.c),
+ * then the first again */
 static void c_small_remote_twice_apart(void) {
   static void *p[100];
   for (int i = 0; i < 100; i++) p[i] = hakmem_malloc(100);
-  in_thread(thread_free_twice_apart, p);
+  in_thread(thread_free_then_again, &(struct free_again){p, 100, 0});
+  owner_takes_inbox();
+}
+/* 8 of 16 blocks of one page and the third again, all in one buffer: the
+ * owner takes them as a run of the page's blocks (src/remote.c), the page
+ * still in use */
+static void c_small_remote_twice_in_run(void) {
+  static void *p[16];
+  for (int i = 0; i < 16; i++) p[i] = hakmem_malloc(100);
+  in_thread(thread_free_then_again, &(struct free_again){p, 8, 2});
   owner_takes_inbox();
 }
 /* another thread frees a block twice, the frees sent in two batches; the
@@ -243,6 +255,7 @@ static const struct bad_case {
   {"double free: another thread, then the owner (100 B)", "double free", c_small_remote_owner, 1},
   {"double free: another thread twice (100 B)", "double free", c_small_remote_twice, 1},
   {"double free: another thread twice, 100 frees apart (100 B)", "double free", c_small_remote_twice_apart, 1},
+  {"double free: another thread twice in one run of a page's blocks (100 B)", "double free", c_small_remote_twice_in_run, 1},
   {"double free: another thread twice, the block on its owner's delayed list (100 B)", "double free", c_small_delayed_twice, 1},
   {"double free: owner, then another thread (20 KB)", "double free", c_medium_owner_remote, 1},
   {"double free: another thread, then the owner (1 MiB)", "double free", c_large_remote_owner, 1},
