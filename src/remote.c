@@ -278,9 +278,9 @@ static void collect_one(heap_t *h, block_t *b) {
  * push target of a slice looked up once for the blocks of that slice that
  * follow each other in o (a producer's blocks come in such runs), and its
  * owner tested once: only this thread changes a page of its own, and it
- * starts a new lookup after anything but a push.  A slice whose page is not
- * h's has hm_page_invalid for its page, whose block-start test no block
- * passes: its blocks go one by one. */
+ * starts a new lookup after anything but a push onto a page.  A slice whose
+ * page is not h's has hm_page_invalid for its page, whose block-start test
+ * no block passes: its blocks go one by one. */
 static void collect_buffer(heap_t *h, rbuf_t *o) {
   block_t **at = (block_t **)o->block, **end = at + o->n;
   for (block_t **p = at; p < end; p++) __builtin_prefetch(*p, 1);
@@ -298,8 +298,11 @@ static void collect_buffer(heap_t *h, rbuf_t *o) {
       if (atomic_load_explicit(&pg->local, memory_order_relaxed) != (uintptr_t)h) pg = &hm_page_invalid;
     }
     if (likely(hm_freeable(pg, b, (uintptr_t)b - (uintptr_t)pg->start))) {
-      if (likely(!hm_list_push(to, pg, b))) continue;
-      hm_owner_push_ended(h, to, pg);           /* (an emptied page, a full cache) */
+      if (unlikely(hm_list_push(to, pg, b))) hm_owner_push_ended(h, to, pg);   /* (an emptied page, a full cache) */
+      else if (likely(to == &pg->list)) continue;
+      /* A thread cache's entry is read again for the next block: the purger,
+       * taking the caches of a heap it found quiet, points it at the sink
+       * meanwhile, and its cut allows one push under way (tcache.c). */
     } else {
       collect_one(h, b);                        /* (not ours, not a block start, a double free...) */
     }
