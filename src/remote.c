@@ -17,8 +17,9 @@
  * goes onto the owner's inbox with one CAS, its blocks still untouched.  The
  * owner takes its inbox on malloc's slow path (remote_collect), prefetches the
  * blocks of each buffer, and frees them as its own, with free's block-start
- * and double-free tests, a page looked up once for a run of its blocks: so
- * the blocks' lines never leave the owner's core.  Empty buffers it keeps for
+ * and double-free tests, a page looked up once for a run of its blocks (the
+ * classes without a thread cache): so the blocks' lines never leave the
+ * owner's core.  Empty buffers it keeps for
  * its own sends (up to RB_SPARES) or sends home to the heap that made them.
  *
  * Bounds.  An inbox takes RB_DEPTH buffers; to an owner that has not
