@@ -61,6 +61,16 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
 }
 HM_COLD void hm_free_slow(void *p, bool to_cache) { hm_free_slow_sized(p, 0, to_cache); }
 
+/* Release block p of page pg as another thread's free, onto pg's remote
+ * list; owner, if not NULL, woken if the purger left it idle. */
+static void release_remote(page_t *pg, void *p, heap_t *owner) {
+  /* (the owner's fast path checks its own frees; a remote one is checked here) */
+  if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
+  if (unlikely(hm_counting)) stat_os(STAT_REMOTE_SENT);
+  page_free_remote(pg, (block_t *)p);
+  if (owner && unlikely(heap_idle(owner))) heap_wake_idle(owner);
+}
+
 /* Release block p of page pg: to the owner's free list if that is this
  * thread, else to the page's remote list (adopting the segment if its owner
  * exited). */
@@ -91,11 +101,7 @@ void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache) {
       if (adopted) return;
     }
   }
-  /* (the owner's fast path checks its own frees; a remote one is checked here) */
-  if (pg->cls < CLASSES && block_looks_free(pg, p)) hm_fatal("double free (the block is already free)", p, pg);
-  if (unlikely(hm_counting)) stat_os(STAT_REMOTE_SENT);
-  page_free_remote(pg, (block_t *)p);
-  if (owner && unlikely(heap_idle(owner))) heap_wake_idle(owner);
+  release_remote(pg, p, owner);
 }
 
 /* A sized free whose size is more than the blocks of the page free's fast
@@ -139,7 +145,6 @@ void hm_free_quarantine_quiet(heap_t *h) {
     p = secure_unquarantine(p);
     page_t *pg = page_of(segment_of(p), p);
     heap_t *owner = atomic_load_explicit(&pg->heap, memory_order_acquire);
-    page_free_remote(pg, (block_t *)p);
-    if (owner && owner != h && unlikely(heap_idle(owner))) heap_wake_idle(owner);
+    release_remote(pg, p, owner != h ? owner : NULL);   /* (h, being trimmed, takes its own) */
   }
 }
