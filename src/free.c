@@ -40,6 +40,19 @@ page_t *hm_lookup(const void *p, segment_t **sp, const char *op) {
   return pg;
 }
 
+/* Profiling alone (the buffers are on in no other slow mode): p, a block of
+ * a size class another thread's heap owns, which the profiler has seen, goes
+ * into this thread's buffer for that heap, as free's fast path puts it
+ * outside slow mode.  One by one onto the page's remote list instead, each
+ * block's line would pass between the cores twice. */
+static bool free_buffered(page_t *pg, void *p) {
+  if (!hm_remote_on || pg->cls >= CLASSES) return false;
+  heap_t *h = hm_tls_heap, *owner = atomic_load_explicit(&pg->heap, memory_order_relaxed);
+  if (owner == NULL || owner == h) return false;
+  hm_free_remote(h, pg, (block_t *)p, owner);
+  return true;
+}
+
 /* free, or a sized free of size (else 0), past its fast path. */
 HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   if (!p) return;
@@ -48,6 +61,7 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   if (unlikely(hm_slow_mode)) {
     if (profile_free_local(p, pg, to_cache)) return;    /* the owner's, on a page marked for its samples */
     slow_mode_free(p, pg);
+    if (free_buffered(pg, p)) return;
   }
   if (pg->cls == CLASS_HUGE) { huge_free(s); return; }
   if (pg->cls == CLASS_LARGE && atomic_exchange_explicit(&pg->freed, 1, memory_order_relaxed))

@@ -48,7 +48,7 @@ _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
 bool hm_remote_on;
 
-void remote_process_init(bool fence) { hm_remote_on = fence && !hm_slow_mode; }
+void remote_process_init(bool fence) { hm_remote_on = fence && !hm_counting; }
 
 /* ---- the block-by-block way (no buffer) ---------------------------------- */
 

@@ -254,7 +254,7 @@ void tcache_init(heap_t *h) {
   h->tc_sink.key = h->tc_key;
   h->tc_sink.check = ~(uintptr_t)0;
   sink_reset(h);
-  atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_relaxed);
+  atomic_store_explicit(&h->tc_stop, hm_counting, memory_order_relaxed);
 }
 
 /* Empty cache i, handing each block to release(), and shrink it back.  The
@@ -371,7 +371,7 @@ void tcache_take(heap_t *h) {
   } else if (caches) {
     heap_route_caches(h, true);
   }
-  atomic_store_explicit(&h->tc_stop, hm_slow_mode, memory_order_release);
+  atomic_store_explicit(&h->tc_stop, hm_counting, memory_order_release);
   for (size_t i = 0; i < RB_SLOTS; i++)
     if (out[i]) remote_send(out[i]);
 }

@@ -202,6 +202,39 @@ TEST(frees_on_a_sampled_page_keep_to_the_thread_cache) {
   CHECKF(entries < marked / 4, "%llu slow-path entries for %u frees on marked pages", (unsigned long long)entries, marked);
 }
 
+/* Another thread's frees, once the profiler has seen them, go into that
+ * thread's buffers for the owner (remote.c), as outside slow mode: none
+ * reaches a page's remote list block by block.  The owner, waiting in
+ * pthread_join, collects nothing meanwhile. */
+enum { HANDED = 2000 };
+static void *handed_over[HANDED];
+static size_t buffered_in(rbuf_t *o) {
+  size_t n = 0;
+  for (; o && o != INBOX_CLOSED; o = o->next) n += o->n;
+  return n;
+}
+static void *free_handed(void *owner) {
+  for (int i = 0; i < HANDED; i++) hakmem_free(handed_over[i]);
+  size_t n = buffered_in(atomic_load(&((heap_t *)owner)->inbox));
+  heap_t *h = hm_tls_heap;
+  for (size_t i = 0; i < RB_SLOTS; i++) {
+    rbuf_t *o = atomic_load(&h->out[i]);
+    if (o && o->to == owner) n += o->n;
+  }
+  return (void *)n;
+}
+TEST(remote_frees_go_through_the_buffers) {
+  if (!hm_tcache_on) { SKIP("no remote-free buffers here (HAKMEM_THREAD_CACHE_KB=0 or no membarrier)"); return; }
+  for (int i = 0; i < HANDED; i++) handed_over[i] = hakmem_malloc(48);
+  heap_t *h = hm_tls_heap;
+  remote_collect(h);                        /* (an inbox empty before) */
+  pthread_t t;
+  void *n;
+  CHECK(pthread_create(&t, NULL, free_handed, h) == 0 && pthread_join(t, &n) == 0);
+  CHECKF((size_t)n == HANDED, "%zu of %d blocks freed by another thread went through its buffers", (size_t)n, HANDED);
+  hakmem_free(hakmem_malloc(48));           /* (the inbox collected) */
+}
+
 static void *volatile freed_by_handler;
 static void free_in_handler(int sig) {
   (void)sig;
