@@ -53,12 +53,13 @@ static bool free_buffered(page_t *pg, void *p) {
   return true;
 }
 
-/* free, or a sized free of size (else 0), past its fast path. */
-HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
+/* free, or a sized free of size (else 0), past its fast path; seen: a block
+ * another thread handed over (remote.c), which slow mode saw at its free. */
+static void free_slow(void *p, size_t size, bool to_cache, bool seen) {
   if (!p) return;
   segment_t *s;
   page_t *pg = hm_lookup(p, &s, size ? "sized free" : "free");
-  if (unlikely(hm_slow_mode)) {
+  if (unlikely(hm_slow_mode) && !seen) {
     if (profile_free_local(p, pg, to_cache)) return;    /* the owner's, on a page marked for its samples */
     slow_mode_free(p, pg);
     if (free_buffered(pg, p)) return;
@@ -73,7 +74,9 @@ HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) {
   }
   hm_free_release(s, pg, p, to_cache);
 }
-HM_COLD void hm_free_slow(void *p, bool to_cache) { hm_free_slow_sized(p, 0, to_cache); }
+HM_COLD void hm_free_slow_sized(void *p, size_t size, bool to_cache) { free_slow(p, size, to_cache, false); }
+HM_COLD void hm_free_slow(void *p, bool to_cache) { free_slow(p, 0, to_cache, false); }
+HM_COLD void hm_free_handed(void *p) { free_slow(p, 0, true, true); }
 
 /* Release block p of page pg as another thread's free, onto pg's remote
  * list; owner, if not NULL, woken if the purger left it idle. */

@@ -484,6 +484,8 @@ page_t *hm_lookup(const void *p, segment_t **sp, const char *op);   /* p's page,
 /* to_cache: a 4-256 KiB block may wait in the thread cache (not realloc's old block) */
 void hm_free_slow(void *p, bool to_cache);
 void hm_free_slow_sized(void *p, size_t size, bool to_cache);   /* size: a sized free's, else 0 */
+void hm_free_handed(void *p);                     /* another thread's free, handed over (remote.c),
+                                                   that could not go the short way */
 void hm_free_sized_slow(void *p, size_t size);     /* a sized free the fast path doubts */
 void hm_free_release(segment_t *s, page_t *pg, void *p, bool to_cache);   /* free a checked block */
 void hm_free_quarantine(heap_t *h);                /* (secure mode) release h's quarantine: by h's owner */

@@ -71,7 +71,7 @@ static bool push_one(page_t *pg, block_t *b, heap_t *owner) {
 /* Free b, another heap's block of pg, without a buffer. */
 static void free_one(page_t *pg, block_t *b, heap_t *owner) {
   if (!block_looks_free(pg, b) && push_one(pg, b, owner)) return;
-  hm_free_slow(b, true);                        /* parked page, double free */
+  hm_free_handed(b);                        /* parked page, double free */
 }
 
 /* ---- buffers --------------------------------------------------------------- */
@@ -164,7 +164,7 @@ static void free_unbuffered(block_t *b, heap_t *to, bool direct) {
   hm_assert(segment_known(b) && pg->slices > 0 && (pg->cls < CLASSES || pg->cls == CLASS_LARGE));
   if (pg->cls == CLASS_LARGE) hm_free_release(s, pg, b, true);
   else if (direct) free_one(pg, b, to);
-  else hm_free_slow(b, true);
+  else hm_free_handed(b);
 }
 
 /* Hand buffer o to the heap that owns its blocks: the owner's fast path,
