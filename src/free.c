@@ -41,10 +41,11 @@ page_t *hm_lookup(const void *p, segment_t **sp, const char *op) {
 }
 
 /* Profiling alone (the buffers are on in no other slow mode): p, a block of
- * a size class another thread's heap owns, which the profiler has seen, goes
- * into this thread's buffer for that heap, as free's fast path puts it
- * outside slow mode.  One by one onto the page's remote list instead, each
- * block's line would pass between the cores twice. */
+ * a size class another thread's heap owns, on a page marked for its samples
+ * and seen by the profiler, goes into this thread's buffer for that heap,
+ * as free's fast path puts the blocks of unmarked pages.  One by one onto
+ * the page's remote list instead, each block's line would pass between the
+ * cores twice. */
 static bool free_buffered(page_t *pg, void *p) {
   if (!hm_remote_on || pg->cls >= CLASSES) return false;
   heap_t *h = hm_tls_heap, *owner = atomic_load_explicit(&pg->heap, memory_order_relaxed);

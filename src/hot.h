@@ -185,7 +185,7 @@ HM_INLINE void hm_free_block(void *p, bool to_cache, size_t size) {
         return;
       }
     } else if ((owner = atomic_load_explicit(&pg->heap, memory_order_relaxed)) != NULL && owner != h &&
-               !hm_slow_mode && hm_block_start(pg, off)) {
+               !(atomic_load_explicit(&pg->flags, memory_order_relaxed) & PAGE_SLOW) && hm_block_start(pg, off)) {
       hm_free_remote(h, pg, b, owner);
       return;
     }

@@ -226,6 +226,8 @@ typedef struct page_s {
   size_t block_size;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
   _Atomic uint8_t rb_slot;       /* the owner's rb_slot, set with heap (any thread reads it) */
+  _Atomic uint8_t flags;         /* PAGE_*, set with local; another thread's free tests
+                                    PAGE_SLOW (hot.h) */
   /* the owner's */
   _Alignas(64) union {
     list_t list;                 /* the fast paths' view (hot.h) */
@@ -240,7 +242,6 @@ typedef struct page_s {
   };
   uint32_t capacity;             /* blocks carved so far */
   uint32_t reserved;             /* blocks that fit */
-  uint8_t flags;
   uint8_t slices;                /* run length in slices; 0 = descriptor unused */
   uint8_t is_zero;               /* carved-but-never-used memory is zero */
   _Atomic uint8_t freed;         /* large pages (one block): its free has begun */
@@ -260,7 +261,7 @@ _Static_assert(sizeof(page_t) == 192, "a page descriptor is three cache lines");
 /* A page's owner and flags are set together with local. */
 static inline void page_set_local(page_t *pg);
 static inline void page_set_flags(page_t *pg, uint8_t f) {
-  pg->flags = f;
+  atomic_store_explicit(&pg->flags, f, memory_order_relaxed);
   page_set_local(pg);
 }
 

@@ -32,7 +32,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   page_set_used(pg, 0);
   pg->cls = cls;                          /* (before the flags: page_set_local reads it) */
   page_set_push(pg, &pg->list);
-  page_set_flags(pg, hm_page_flags);
+  page_set_flags(pg, h->user ? hm_user_page_flags : hm_page_flags);
   heap_page_keys(h, pg);
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
   pg->next = pg->prev = NULL;

@@ -215,9 +215,12 @@ static void sample_delete(sample_t *s) {
  * live samples on the pages of its hash is 0 (a page sharing its hash stays
  * marked a little longer).  Only the owner samples on a page, so no sample
  * arrives there while it looks.  Other threads' frees take the slow path
- * anyway in slow mode.  Pages of one block (large,
- * huge) are always slow (their flags are never clear), and so is every
- * page when the calls are counted (stats, secure: hm_page_flags). */
+ * on a marked page only (hot.h): the mark is set before the sampled block's
+ * malloc returns, so before any thread can free it.  The pages of a
+ * first-class heap (whose blocks no thread owns) and of a large block are
+ * slow from the start (hm_user_page_flags, hm_large_page_flags), huge
+ * blocks always take the slow path, and so does every page when the calls
+ * are counted (stats, secure: hm_page_flags). */
 
 /* The page of a size class block p if pages are marked, or NULL. */
 static page_t *class_page(const void *p) {

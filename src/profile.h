@@ -3,9 +3,10 @@
  * Profiling is a slow mode: with it on, malloc's fast path always misses,
  * and the miss goes to profile_malloc, which pops the block the fast path
  * would have and counts its bytes; the slow paths call profile_alloc; every
- * free of another thread's block or of a block on a page holding sampled
- * blocks calls profile_free (the owner's, through profile_free_local).  With
- * it off they are never called and the fast paths hold no trace of it. */
+ * free of a block on a page holding sampled blocks (marked slow, as every
+ * page of a first-class heap and of a large block is) calls profile_free
+ * (the owner's, through profile_free_local).  With it off they are never
+ * called and the fast paths hold no trace of it. */
 #ifndef HAKMEM_PROFILE_H
 #define HAKMEM_PROFILE_H
 #include "internal.h"

@@ -235,6 +235,44 @@ TEST(remote_frees_go_through_the_buffers) {
   hakmem_free(hakmem_malloc(48));           /* (the inbox collected) */
 }
 
+/* Another thread's free takes the slow path, where the profiler sees it,
+ * only on a page marked slow.  The profiler marks the pages of a thread's
+ * own heap that hold samples; a first-class heap's pages and a large
+ * block's are slow from the start: their sampled blocks, freed by another
+ * thread, leave the live heap too. */
+enum { KEPT = 3000 };
+static void *kept_for_another[KEPT];
+static void *free_kept(void *arg) {
+  (void)arg;
+  for (int i = 0; i < KEPT; i++) hakmem_free(kept_for_another[i]);
+  return NULL;
+}
+TEST(first_class_heap_and_large_blocks_freed_by_another_thread_leave) {
+  dump_now();
+  double before = dumped("live");
+  hakmem_heap_t *h = hakmem_heap_new();
+  CHECK(h != NULL);
+  if (!h) return;
+  uint64_t bytes = 0;
+  for (int i = 0; i < KEPT; i++) {
+    size_t n = i % 10 == 0 ? (size_t)300 << 10 : pick_size((unsigned)i);   /* large blocks too */
+    kept_for_another[i] = i % 2 ? hakmem_heap_malloc(h, n) : hakmem_malloc(n);
+    CHECK(kept_for_another[i] != NULL);
+    bytes += n;
+  }
+  dump_now();
+  double live = dumped("live") - before;
+  CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live, %llu allocated", live,
+         (unsigned long long)bytes);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_kept, NULL) == 0 && pthread_join(t, NULL) == 0);
+  dump_now();
+  live = dumped("live") - before;
+  CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after another thread freed them all", live);
+  hakmem_heap_destroy(h);
+  remove_dump();
+}
+
 static void *volatile freed_by_handler;
 static void free_in_handler(int sig) {
   (void)sig;
