@@ -93,6 +93,12 @@ static void dump_now(void) {
   CHECKF(hakmem_profile_dump(path) == 0, "hakmem_profile_dump(%s) failed", path);
 }
 
+/* The live heap's bytes in a dump taken now. */
+static double live_now(void) {
+  dump_now();
+  return dumped("live");
+}
+
 static void remove_dump(void) {
   const char *views[] = { "live", "peak", "alloc" }, *exts[] = { "folded", "svg" };
   char path[128];
@@ -124,21 +130,18 @@ TEST(freed_blocks_leave_the_live_heap) {
 TEST(kept_blocks_stay_live) {
   enum { N = 5000 };
   static void *keep[N];
-  dump_now();
-  double before = dumped("live");
+  double before = live_now();
   uint64_t bytes = 0;
   for (int i = 0; i < N; i++) {
     size_t n = pick_size((unsigned)i);
     keep[i] = hakmem_malloc(n);
     bytes += n;
   }
-  dump_now();
-  double live = dumped("live") - before;
+  double live = live_now() - before;
   CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live, %llu kept", live,
          (unsigned long long)bytes);
   for (int i = 0; i < N; i++) hakmem_free(keep[i]);
-  dump_now();
-  live = dumped("live") - before;
+  live = live_now() - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after freeing them", live);
   remove_dump();
 }
@@ -248,8 +251,7 @@ static void *free_kept(void *arg) {
   return NULL;
 }
 TEST(first_class_heap_and_large_blocks_freed_by_another_thread_leave) {
-  dump_now();
-  double before = dumped("live");
+  double before = live_now();
   hakmem_heap_t *h = hakmem_heap_new();
   CHECK(h != NULL);
   if (!h) return;
@@ -260,14 +262,12 @@ TEST(first_class_heap_and_large_blocks_freed_by_another_thread_leave) {
     CHECK(kept_for_another[i] != NULL);
     bytes += n;
   }
-  dump_now();
-  double live = dumped("live") - before;
+  double live = live_now() - before;
   CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live, %llu allocated", live,
          (unsigned long long)bytes);
   pthread_t t;
   CHECK(pthread_create(&t, NULL, free_kept, NULL) == 0 && pthread_join(t, NULL) == 0);
-  dump_now();
-  live = dumped("live") - before;
+  live = live_now() - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after another thread freed them all", live);
   hakmem_heap_destroy(h);
   remove_dump();
@@ -284,11 +284,9 @@ static void free_in_handler(int sig) {
  * that frees a sampled block then leaves it to the thread, and the block
  * leaves the live heap when the thread lets the lock go. */
 TEST(handler_frees_while_the_lock_is_held) {
-  dump_now();
-  double before = dumped("live");
+  double before = live_now();
   freed_by_handler = hakmem_malloc(1 << 20);   /* sampled: the odds are 1 - exp(-256) */
-  dump_now();
-  double live = dumped("live") - before;
+  double live = live_now() - before;
   CHECKF(live > (1 << 19), "%.0f bytes live with a block of 1 MiB sampled", live);
   struct sigaction sa = { .sa_handler = free_in_handler }, old;
   sigemptyset(&sa.sa_mask);
@@ -299,8 +297,7 @@ TEST(handler_frees_while_the_lock_is_held) {
   profile_unlock();
   sigaction(SIGUSR2, &old, NULL);
   CHECKF(ran, "the handler did not run while the lock was held");
-  dump_now();
-  live = dumped("live") - before;
+  live = live_now() - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after the handler freed the block", live);
   remove_dump();
 }
@@ -339,8 +336,7 @@ TEST(stack_walk_matches_backtrace) {
 
 TEST(destroyed_heap_leaves_the_live_heap) {
   enum { N = 5000 };
-  dump_now();
-  double before = dumped("live");
+  double before = live_now();
   hakmem_heap_t *h = hakmem_heap_new();
   CHECK(h != NULL);
   if (!h) return;
@@ -350,13 +346,11 @@ TEST(destroyed_heap_leaves_the_live_heap) {
     CHECK(hakmem_heap_malloc(h, n) != NULL);
     bytes += n;
   }
-  dump_now();
-  double live = dumped("live") - before;
+  double live = live_now() - before;
   CHECKF(live > 0.9 * (double)bytes && live < 1.1 * (double)bytes, "estimated %.0f bytes live in the heap, %llu allocated",
          live, (unsigned long long)bytes);
   hakmem_heap_destroy(h);
-  dump_now();
-  live = dumped("live") - before;
+  live = live_now() - before;
   CHECKF(live < 4 * RATE && live > -4 * RATE, "%.0f bytes live after destroying the heap", live);
   remove_dump();
   rmdir(dir);
