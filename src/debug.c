@@ -94,7 +94,7 @@ static void validate_page(heap_t *h, page_t *pg, bool full) {
   hm_assert(atomic_load_explicit(&pg->local, memory_order_relaxed) == (pg->flags || h->user ? 0 : (uintptr_t)h));
   hm_assert(page_used(pg) <= pg->capacity && pg->capacity <= pg->reserved);
   if (pg->cls == CLASS_LARGE) {                          /* one block, in use, parked */
-    hm_assert(pg->flags == hm_large_page_flags && pg->capacity == 1 && pg->reserved == 1 && page_used(pg) == 1 && !pg->free);
+    hm_assert(pg->flags == page_start_flags(h, CLASS_LARGE) && pg->capacity == 1 && pg->reserved == 1 && page_used(pg) == 1 && !pg->free);
     hm_assert(pg->start >= page_run(pg) && pg->start + pg->block_size <= page_run(pg) + pg->slices * SLICE_SIZE);
     return;
   }

@@ -138,8 +138,7 @@ bool heap_adopt_page(heap_t *h, page_t *pg) {
     page_collect(pg);
     if (page_used(pg) == 0) return false;
   }
-  page_set_flags(pg, hm_large_page_flags);
-  pageq_push(&h->full, pg);
+  pageq_push(&h->full, pg);                 /* (parked: its flags say so, segment_adopt) */
   return true;
 }
 

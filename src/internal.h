@@ -416,6 +416,7 @@ bool  os_membarrier(void);                        /* a full fence on every runni
 
 /* page.c */
 void  page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls);
+uint8_t page_start_flags(const heap_t *h, uint8_t cls);   /* a new page's PAGE_* */
 bool  page_extend(page_t *pg);
 void  page_collect(page_t *pg);
 void  page_set_tf_state(page_t *pg, uintptr_t st);

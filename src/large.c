@@ -51,7 +51,7 @@ void *large_malloc(heap_t *h, size_t n, size_t align, bool grow) {
       pg->reserved = pg->capacity = 1;
       page_set_used(pg, 1);
       heap_page_keys(h, pg);
-      page_set_flags(pg, hm_large_page_flags);
+      page_set_flags(pg, page_start_flags(h, CLASS_LARGE));
       atomic_store_explicit(&pg->thread_free, TF_NOTIFY, memory_order_relaxed);
       page_set_owner(pg, h);
       pageq_push(&h->full, pg);

@@ -22,7 +22,7 @@ options_t hm_options;
 bool hm_slow_mode;
 _Atomic bool hm_malloc_profiled;
 bool hm_counting;
-uint8_t hm_page_flags, hm_user_page_flags, hm_large_page_flags;
+uint8_t hm_page_flags;
 
 static const struct option_def {
   const char *name;
@@ -117,8 +117,6 @@ void options_init(void) {
   hm_counting = hm_options.stats || hm_secure;
   hm_slow_mode = hm_counting || hm_profiling;
   hm_page_flags = hm_counting ? PAGE_SLOW : 0;
-  hm_user_page_flags = hm_slow_mode ? PAGE_SLOW : 0;
-  hm_large_page_flags = PAGE_FULL | hm_user_page_flags;
   atomic_store_explicit(&hm_malloc_profiled, hm_profiling && !hm_counting,   /* (counting: every call */
                         memory_order_relaxed);                             /* on the slow path) */
 }

@@ -27,14 +27,12 @@ extern options_t hm_options;
  * or secure): every call is counted, and every page carries PAGE_SLOW
  * (hm_page_flags) to send free() there; profiling alone sends malloc's
  * misses to the profiler's pop (hm_malloc_profiled), keeps the thread caches
- * and marks only the pages holding sampled blocks (profile.c), but every
- * page of a first-class heap (hm_user_page_flags: the profiler marks only a
- * thread's own pages) and of a large block (their samples are not counted
- * by page).  Another thread's free takes the slow path on a page with
- * PAGE_SLOW, and only there (hot.h). */
+ * and marks only the pages holding sampled blocks (profile.c), besides the
+ * pages that are slow from the start (page_start_flags).  Another thread's
+ * free takes the slow path on a page with PAGE_SLOW, and only there (hot.h). */
 extern bool hm_slow_mode;
 extern bool hm_counting;
-extern uint8_t hm_page_flags, hm_user_page_flags, hm_large_page_flags;
+extern uint8_t hm_page_flags;
 void options_init(void);
 bool options_stats(void);      /* HAKMEM_STATS, read or not (the report at exit) */
 #endif

@@ -11,6 +11,18 @@
 
 #include <sched.h>
 
+/* The flags a page of h holding blocks of class cls starts with: PAGE_SLOW
+ * where another thread's free must take the slow path (hot.h).  Every page
+ * while calls are counted (hm_page_flags); in any slow mode also a
+ * first-class heap's pages (the profiler marks only a thread's own pages)
+ * and a large block's (its sample is not counted by page), which lives
+ * parked (PAGE_FULL). */
+uint8_t page_start_flags(const heap_t *h, uint8_t cls) {
+  uint8_t slow = hm_slow_mode ? PAGE_SLOW : 0;
+  if (cls == CLASS_LARGE) return PAGE_FULL | slow;
+  return h->user ? slow : hm_page_flags;
+}
+
 void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   segment_t *s = segment_of(pg);
   hm_assert(heap_held(h) && s->heap == h && cls < CLASSES && block_size == class_size(cls));
@@ -32,7 +44,7 @@ void page_init(heap_t *h, page_t *pg, size_t block_size, uint8_t cls) {
   page_set_used(pg, 0);
   pg->cls = cls;                          /* (before the flags: page_set_local reads it) */
   page_set_push(pg, &pg->list);
-  page_set_flags(pg, h->user ? hm_user_page_flags : hm_page_flags);
+  page_set_flags(pg, page_start_flags(h, cls));
   heap_page_keys(h, pg);
   atomic_store_explicit(&pg->thread_free, 0, memory_order_relaxed);
   pg->next = pg->prev = NULL;

@@ -218,7 +218,7 @@ static void sample_delete(sample_t *s) {
  * on a marked page only (hot.h): the mark is set before the sampled block's
  * malloc returns, so before any thread can free it.  The pages of a
  * first-class heap (whose blocks no thread owns) and of a large block are
- * slow from the start (hm_user_page_flags, hm_large_page_flags), huge
+ * slow from the start (page_start_flags), huge
  * blocks always take the slow path, and so does every page when the calls
  * are counted (stats, secure: hm_page_flags). */
 

@@ -71,7 +71,7 @@ static bool push_one(page_t *pg, block_t *b, heap_t *owner) {
 /* Free b, another heap's block of pg, without a buffer. */
 static void free_one(page_t *pg, block_t *b, heap_t *owner) {
   if (!block_looks_free(pg, b) && push_one(pg, b, owner)) return;
-  hm_free_handed(b);                        /* parked page, double free */
+  hm_free_handed(b);                            /* parked page, double free */
 }
 
 /* ---- buffers --------------------------------------------------------------- */

@@ -334,8 +334,7 @@ static bool segment_adopt(heap_t *h, segment_t *s) {
   stat_inc(STAT_RECLAIMED);
   page_t *pg;
   for_each_page(s, pg) {
-    page_set_flags(pg, pg->cls == CLASS_LARGE ? hm_large_page_flags       /* (parked again: heap_adopt_page) */
-                       : (h->user ? hm_user_page_flags : hm_page_flags) | (pg->flags & PAGE_SLOW));   /* (profile.c: a page holding samples) */
+    page_set_flags(pg, page_start_flags(h, pg->cls) | (pg->flags & PAGE_SLOW));   /* (profile.c: a page holding samples) */
     page_set_owner(pg, h);
     page_collect(pg);
     if (page_used(pg) == 0 || !heap_adopt_page(h, pg)) slices_free(s, pg);
