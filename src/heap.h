@@ -134,6 +134,9 @@ typedef struct heap_s {
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
   list_t tc_sink;                /* where the owner's frees of the cached classes go while
                                     the caches are parked: the first calls out (tcache_full) */
+  uint64_t prof_until;           /* profiling: bytes its thread allocates before its next
+                                    sample point; the allocation that takes it below 0 is
+                                    sampled (profile.c) */
   list_t *_Atomic current[CLASSES + 1]; /* slow mode: the list of each class that malloc's
                                     fast path would pop (direct[] stays at the empty page),
                                     and the empty page for CLASS_LARGE: what the profiler

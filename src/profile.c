@@ -2,8 +2,9 @@
  *
  * Sampling.  Allocated bytes are sampled as a Poisson process of rate one
  * per HAKMEM_PROFILE_RATE bytes (R): each thread counts down the bytes to its
- * next sample point, drawn from the exponential distribution of mean R, and
- * the allocation that crosses it is sampled.  An allocation of n bytes is
+ * next sample point (in its heap, profile_heap_taken), drawn from the
+ * exponential distribution of mean R, and the allocation that crosses it is
+ * sampled.  An allocation of n bytes is
  * then sampled with probability 1 - exp(-n/R), so each sample stands for
  * n / (1 - exp(-n/R)) bytes: the sums of these weights are unbiased
  * estimates of the bytes allocated, and of those still live, per call stack
@@ -64,8 +65,7 @@
 bool hm_profiling;
 profile_tables_t hm_prof = { .lock = PTHREAD_MUTEX_INITIALIZER, .err_fd = -1 };
 
-static __thread int64_t until;    /* bytes to this thread's next sample point */
-static __thread uint64_t rng;     /* 0 until the thread's first draw */
+static __thread uint64_t rng;     /* 0 until the thread first takes a heap (profile_heap_taken) */
 __thread bool hm_prof_busy;
 static __thread bool in_tables;   /* this thread takes or holds the lock */
 #define DEFERRED 16
@@ -287,20 +287,26 @@ static void warm_up(void) {
 
 static pthread_once_t warm_once = PTHREAD_ONCE_INIT;
 
-/* The allocation p of n bytes took this thread past its sample point (or
- * is its first): p, sampled.  Not sampled while the thread samples, dumps
- * or holds the lock (a signal handler's allocation then): the next point is
+/* The countdown to a thread's next sample point is its heap's (prof_until:
+ * no TLS access on profile_malloc's path), drawn afresh whenever a thread
+ * takes a heap, its first or one another thread left: the process is
+ * memoryless, so a fresh draw at any moment keeps the odds of every
+ * allocation as they were.  (heap_get, and the child of a fork) */
+void profile_heap_taken(heap_t *h) {
+  if (!rng) rng = (hash_ptr((uintptr_t)&rng) ^ os_random()) | 1;
+  h->prof_until = (uint64_t)draw();
+}
+
+/* The allocation p of n bytes took the countdown of h, its thread's heap,
+ * past its sample point: p, sampled.  Not sampled while the thread samples,
+ * dumps or holds the lock (a signal handler's allocation then): the next point is
  * drawn from there, as the process is memoryless, so the other allocations'
  * odds stay as they were. */
-static HM_NOINLINE void *sample_due(void *p, size_t n) {
+static HM_NOINLINE void *sample_due(heap_t *h, void *p, size_t n) {
   if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
     profile_dump_pending();
-  if (!rng) {                               /* the thread's first: draw its first point */
-    rng = (hash_ptr((uintptr_t)&until) ^ os_random()) | 1;
-    until += draw();
-    if (until > 0) return p;
-  }
-  until = draw();
+  hm_assert(rng != 0);                      /* (profile_heap_taken came first) */
+  h->prof_until = (uint64_t)draw();
   if (hm_prof_busy || in_tables) return p;
   hm_prof_busy = true;
   pthread_once(&warm_once, warm_up);
@@ -346,7 +352,9 @@ static HM_NOINLINE void *sample_due(void *p, size_t n) {
   return p;
 }
 
-static HM_NOINLINE void *take_sampled(list_t *l, block_t *b, size_t n) { return sample_due(hm_list_take(l, b), n); }
+static HM_NOINLINE void *take_sampled(heap_t *h, list_t *l, block_t *b, size_t n) {
+  return sample_due(h, hm_list_take(l, b), n);
+}
 
 /* malloc's fast path missed: count the bytes down, and pop what it would
  * have popped (the pop last: no frame to keep anything across it). */
@@ -355,7 +363,7 @@ void *profile_malloc(heap_t *h, size_t n, size_t c) {
   block_t *b;
   if (unlikely(!(b = (block_t *)list_head(l = atomic_load_explicit(HM_ELEM(h, current, c), memory_order_acquire)))))
     return heap_malloc_slow(h, n, c);          /* (CLASS_LARGE's list: the empty page) */
-  if (unlikely((until -= (int64_t)n) <= 0)) return take_sampled(l, b, n);
+  if (unlikely(__builtin_sub_overflow(h->prof_until, n, &h->prof_until))) return take_sampled(h, l, b, n);
   return hm_list_take(l, b);
 }
 
@@ -363,7 +371,8 @@ void *profile_malloc(heap_t *h, size_t n, size_t c) {
 void profile_alloc(void *p, size_t n) {
   if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
     profile_dump_pending();
-  if (unlikely((until -= (int64_t)n) <= 0)) sample_due(p, n);
+  heap_t *h = heap_get();                   /* (the thread's: p may be a first-class heap's) */
+  if (h && unlikely(__builtin_sub_overflow(h->prof_until, n, &h->prof_until))) sample_due(h, p, n);
 }
 
 
@@ -465,7 +474,7 @@ void profile_fork_child(bool locked) {
   if (!hm_profiling) return;
   if (locked && !in_tables) pthread_mutex_unlock(&hm_prof.lock);
   rng = 0;
-  until = 0;
+  if (hm_tls_heap != &hm_heap_empty) profile_heap_taken(hm_tls_heap);
 }
 
 /* ---- start and statistics ------------------------------------------------------ */

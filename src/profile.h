@@ -16,6 +16,7 @@ extern bool hm_profiling;               /* HAKMEM_PROFILE is set */
 void profile_init(void);                /* (options_init) */
 void *profile_malloc(heap_t *h, size_t n, size_t c);   /* malloc's misses when profiling (hm_malloc_profiled) */
 void profile_alloc(void *p, size_t n);  /* a slow path just allocated p for n bytes */
+void profile_heap_taken(heap_t *h);    /* a thread takes heap h: its countdown drawn afresh */
 void profile_free(void *p, page_t *pg); /* p, a block of pg, is about to be freed (or moved by realloc: pg NULL) */
 bool profile_free_local(void *p, page_t *pg, bool to_cache);   /* free's slow path: the owner's free
                                                    on a page marked for its samples, done */

@@ -206,6 +206,7 @@ heap_t *heap_get(void) {
   if (!(h = parked_take()) && !(h = heap_made())) return NULL;
   hm_assert(h->live && !atomic_load_explicit(&h->parked_ms, memory_order_relaxed));
   hm_tls_heap = h;                   /* before anything below may allocate */
+  if (hm_profiling) profile_heap_taken(h);
   stat_inc(STAT_THREADS);
   pthread_setspecific(heap_key, h);
   /* A second thread: start the purger on this malloc's way out.  Or have it

@@ -232,7 +232,7 @@ TEST(remote_frees_go_through_the_buffers) {
   heap_t *h = hm_tls_heap;
   remote_collect(h);                        /* (an inbox empty before) */
   pthread_t t;
-  void *n;
+  void *n = NULL;
   CHECK(pthread_create(&t, NULL, free_handed, h) == 0 && pthread_join(t, &n) == 0);
   CHECKF((size_t)n == HANDED, "%zu of %d blocks freed by another thread went through its buffers", (size_t)n, HANDED);
   hakmem_free(hakmem_malloc(48));           /* (the inbox collected) */
