@@ -179,23 +179,36 @@ _Static_assert(offsetof(heap_t, user) >= HEAP_RESET_SIZE, "user is not cleared w
 #define SPARE_AFTER  16              /* for a class that refilled 16 times in a purge delay */
 _Static_assert(CLASSES <= 64, "freed_classes has a bit per class");
 
+/* Where the owner's free of p (a block of a page with an owner) pushes.
+ * (Acquire: the purger, having cut a cache, points its pages back at it.) */
+static inline list_t *slice_push_of(segment_t *s, size_t k) { return atomic_load_explicit(HM_ELEM(s, slice_push, k), memory_order_acquire); }
 static inline void page_set_push(page_t *pg, list_t *to) {
   segment_t *s = segment_of(pg);
   if (pg->cls < CLASSES)
     for (size_t k = 0; k < pg->slices; k++) atomic_store_explicit(&s->slice_push[pg->slice + k], to, memory_order_release);
 }
+/* Does every slice of pg push where its first does?  (From page_init on,
+ * page_set_push writes them all.) */
+static inline bool page_push_uniform(page_t *pg) {
+  segment_t *s = segment_of(pg);
+  for (size_t k = 1; k < pg->slices; k++)
+    if (slice_push_of(s, pg->slice + k) != slice_push_of(s, pg->slice)) return false;
+  return true;
+}
 static inline void page_set_local(page_t *pg) {
   heap_t *h = atomic_load_explicit(&pg->heap, memory_order_relaxed);
   /* (other pages push onto themselves; a page marked for the profiler's
    * samples, PAGE_SLOW alone, onto the cache: profile_free_local) */
-  if (pg->cls < CLASSES && tcache_fast(pg->cls))
-    page_set_push(pg, h && !(pg->flags & ~PAGE_SLOW) ? &h->tc[pg->cls - TC_MIN].l : &pg->list);
+  if (pg->cls < CLASSES && tcache_fast(pg->cls)) {
+    list_t *to = h && !(pg->flags & ~PAGE_SLOW) ? &h->tc[pg->cls - TC_MIN].l : &pg->list;
+    /* Unchanged (the profiler marking a page slow and back, an owner taking
+     * its own page again): no store, where a big page has tens of slices. */
+    hm_assert(page_push_uniform(pg));
+    if (slice_push_of(segment_of(pg), pg->slice) != to) page_set_push(pg, to);
+  }
   /* (a user heap's pages have no local owner: all their frees are remote) */
   atomic_store_explicit(&pg->local, pg->flags || !h || h->user ? 0 : (uintptr_t)h, memory_order_relaxed);
 }
-/* Where the owner's free of p (a block of a page with an owner) pushes.
- * (Acquire: the purger, having cut a cache, points its pages back at it.) */
-static inline list_t *slice_push_of(segment_t *s, size_t k) { return atomic_load_explicit(HM_ELEM(s, slice_push, k), memory_order_acquire); }
 static inline list_t *hm_push_target(const void *p) {
   return slice_push_of(segment_of(p), ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT);
 }
