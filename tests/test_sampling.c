@@ -6,9 +6,9 @@
  * blocks kept are live within 10 % of theirs, and leave when freed, or when
  * the first-class heap holding them is destroyed.  Run under TSan too (make
  * test-sanitize): the tables are shared by every thread.  Unsampled
- * mallocs keep off the slow path, and a signal handler may free a sampled
- * block while its thread holds the tables' lock.  (Call sites and formats:
- * test_profile.sh.) */
+ * mallocs keep off the slow path, a thread takes its heap with a fresh
+ * countdown, and a signal handler may free a sampled block while its thread
+ * holds the tables' lock.  (Call sites and formats: test_profile.sh.) */
 #include "test.h"
 #include "hakmem.h"
 #include "internal.h"
@@ -158,6 +158,41 @@ TEST(unsampled_mallocs_keep_off_the_slow_path) {
   for (int i = 0; i < N; i++) hakmem_free(hakmem_malloc(64));
   uint64_t entries = atomic_load(&h->slow_ops) - before;
   CHECKF(entries < N / 4, "%llu slow-path entries for %d malloc+free pairs", (unsigned long long)entries, N);
+}
+
+static pthread_barrier_t crowd;
+static void *allocate_once(void *arg) {
+  hakmem_free(hakmem_malloc(16));
+  *(uint64_t *)arg = hm_tls_heap->prof_until;   /* the countdown its heap took */
+  pthread_barrier_wait(&crowd);             /* (all alive at once: some take a heap never used) */
+  return NULL;
+}
+
+/* A thread's heap counts down to its next sample point from a point drawn
+ * when the thread takes the heap (an exponential of mean RATE), whether the
+ * heap is new, recycled or one another thread left: not from 0, where
+ * every thread's first malloc would be sampled, nor from where the last
+ * thread left it. */
+TEST(a_thread_takes_its_heap_with_a_fresh_countdown) {
+  enum { ROUNDS = 4, CROWD = 24 };           /* (more than the 16 heaps parked for reuse) */
+  uint64_t left[ROUNDS * CROWD];
+  double sum = 0;
+  for (int r = 0; r < ROUNDS; r++) {
+    pthread_t t[CROWD];
+    pthread_barrier_init(&crowd, NULL, CROWD);
+    int made = 0;
+    while (made < CROWD && pthread_create(&t[made], NULL, allocate_once, &left[r * CROWD + made]) == 0) made++;
+    CHECK(made == CROWD);
+    if (made < CROWD) exit(1);             /* (the barrier would wait for ever) */
+    for (int i = 0; i < made; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&crowd);
+  }
+  for (int i = 0; i < ROUNDS * CROWD; i++) {
+    CHECKF(left[i] < 40 * RATE, "thread %d's countdown after its first malloc: %llu", i, (unsigned long long)left[i]);
+    sum += (double)left[i];
+  }
+  double mean = sum / (ROUNDS * CROWD);     /* (96 draws: within 2x of the rate by a wide margin) */
+  CHECKF(mean > RATE / 2 && mean < 2 * RATE, "the mean countdown is %.0f bytes, the rate %d", mean, RATE);
 }
 
 /* The owner's frees on a page marked for the samples it holds keep off
