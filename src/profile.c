@@ -4,11 +4,11 @@
  * per HAKMEM_PROFILE_RATE bytes (R): each thread counts down the bytes to its
  * next sample point (in its heap, profile_heap_taken), drawn from the
  * exponential distribution of mean R, and the allocation that crosses it is
- * sampled.  An allocation of n bytes is
- * then sampled with probability 1 - exp(-n/R), so each sample stands for
- * n / (1 - exp(-n/R)) bytes: the sums of these weights are unbiased
- * estimates of the bytes allocated, and of those still live, per call stack
- * (the estimator of tcmalloc and jemalloc).
+ * sampled.  An allocation of n bytes is then sampled with probability
+ * 1 - exp(-n/R), so each sample stands for n / (1 - exp(-n/R)) bytes: the
+ * sums of these weights are unbiased estimates of the bytes allocated, and
+ * of those still live, per call stack (the estimator of tcmalloc and
+ * jemalloc).
  *
  * The countdown.  Profiling is a slow mode: malloc's lists stay at the empty
  * page, so every malloc misses its fast path, and the miss goes to
@@ -299,9 +299,9 @@ void profile_heap_taken(heap_t *h) {
 
 /* The allocation p of n bytes took the countdown of h, its thread's heap,
  * past its sample point: p, sampled.  Not sampled while the thread samples,
- * dumps or holds the lock (a signal handler's allocation then): the next point is
- * drawn from there, as the process is memoryless, so the other allocations'
- * odds stay as they were. */
+ * dumps or holds the lock (a signal handler's allocation then): the next
+ * point is drawn from there, as the process is memoryless, so the other
+ * allocations' odds stay as they were. */
 static HM_NOINLINE void *sample_due(heap_t *h, void *p, size_t n) {
   if (unlikely(atomic_load_explicit(&hm_prof_dump_wanted, memory_order_relaxed)) && !hm_prof_busy && !in_tables)
     profile_dump_pending();
