@@ -216,7 +216,8 @@ VARIANTS=()
 # An allocator is a name of LIB, or NAME=PATH[@VERSION]: a library built
 # elsewhere (the newest releases: bench/README.md), its version given or found;
 # either may be followed by :VAR=VALUE settings for its runs
-# (mimalloc3-large=$P/libmimalloc.so:MIMALLOC_ALLOW_LARGE_OS_PAGES=1).
+# (mimalloc3-large=$P/libmimalloc.so:MIMALLOC_ALLOW_LARGE_OS_PAGES=1; a
+# value may hold colons: jemalloc-prof=...:MALLOC_CONF=prof:true).
 use_allocs() {
   local a name path settings
   for a in ${ALLOCS:-$1}; do
@@ -229,7 +230,7 @@ use_allocs() {
       if [ "$path" != "${path%@*}" ]; then VER[$name]=${path##*@}; else VER[$name]=$(libversion "${LIB[$name]}"); fi
       [ -f "${LIB[$name]}" ] || { note "$name: no library ${LIB[$name]}; skipped"; continue; }
     fi
-    if [ -v "LIB[$name]" ]; then VARIANTS+=("$name"); VLIB[$name]=${LIB[$name]}; VENV[$name]=${settings//:/ }
+    if [ -v "LIB[$name]" ]; then VARIANTS+=("$name"); VLIB[$name]=${LIB[$name]}; VENV[$name]=$(sed -E 's/:([A-Z_][A-Z0-9_]*=)/ \1/g' <<<"$settings")
     else note "$name is not available (install failed?); skipped"; fi
   done
 }
