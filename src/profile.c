@@ -39,7 +39,7 @@
  * stack.
  *
  * Tables (profile_tables.h).  A free finds its block among them through a
- * filter of counts by address hash: one load for a block that was not
+ * filter of counts by address (filter_of): one load for a block that was not
  * sampled.  Frees reach the profiler only on pages marked slow, those
  * holding samples (below), and from other threads; the rest keep their fast
  * path, and the owner's on a marked page take a short one
@@ -243,7 +243,17 @@ static void page_mark(page_t *pg, bool slow) {
   heap_leave(h);
 }
 
-static _Atomic uint32_t *filter_of(uintptr_t p) { return &hm_prof.filter[(hash_ptr(p) >> 20) & (FILTER - 1)]; }
+/* A block's count: its address over 16, the bits above its 4 KiB page
+ * hashed in.  Blocks freed one after another mostly lie near each other (a
+ * sweep, a list's nodes, a page's blocks), and a 4 KiB page's blocks have
+ * their counts side by side, on 16 cache lines; by a hash of the whole
+ * address, each free on a marked page missed the cache for its count.  The
+ * hash spreads the pages, and with them blocks aligned to 4 KiB or more,
+ * over the whole filter.  Blocks sharing a count make a false hit, which
+ * looks in the tables (end_freed). */
+static _Atomic uint32_t *filter_of(uintptr_t p) {
+  return &hm_prof.filter[((p >> 4) ^ (hash_ptr(p >> 12) >> 20)) & (FILTER - 1)];
+}
 
 /* The live heap grew 1/64 past the last copy: copy it as the peak's. */
 static void peak_check(void) {
