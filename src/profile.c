@@ -243,14 +243,14 @@ static void page_mark(page_t *pg, bool slow) {
   heap_leave(h);
 }
 
-/* A block's count: its address over 16, the bits above its 4 KiB page
- * hashed in.  Blocks freed one after another mostly lie near each other (a
- * sweep, a list's nodes, a page's blocks), and a 4 KiB page's blocks have
- * their counts side by side, on 16 cache lines; by a hash of the whole
- * address, each free on a marked page missed the cache for its count.  The
- * hash spreads the pages, and with them blocks aligned to 4 KiB or more,
- * over the whole filter.  Blocks sharing a count make a false hit, which
- * looks in the tables (end_freed). */
+/* A block's count: its address over 16, with a hash of its 4 KiB page's
+ * number mixed in.  Blocks freed one after another mostly lie near each
+ * other (a sweep, a list's nodes, a page's blocks), and a 4 KiB page's
+ * blocks have their counts side by side, on 16 cache lines; by a hash of
+ * the whole address, each free on a marked page missed the cache for its
+ * count.  The hash spreads the pages, and with them blocks aligned to 4 KiB
+ * or more, over the whole filter.  Blocks sharing a count make a false
+ * hit, which looks in the tables (end_freed). */
 static _Atomic uint32_t *filter_of(uintptr_t p) {
   return &hm_prof.filter[((p >> 4) ^ (hash_ptr(p >> 12) >> 20)) & (FILTER - 1)];
 }
