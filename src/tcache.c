@@ -257,6 +257,15 @@ void tcache_init(heap_t *h) {
   atomic_store_explicit(&h->tc_stop, hm_counting, memory_order_relaxed);
 }
 
+/* Cache i empty at its first size: what reset() leaves (as most are when a
+ * thread exits). */
+static bool at_rest(heap_t *h, size_t i) {
+  tcl_t *t = tcl_of(h, i);
+  if (head(t) || cap_of(h, i) != start_cap[i]) return false;
+  hm_assert(!h->tc_parked && room(t) == cap_of(h, i) && !atomic_load_explicit(&t->taken, memory_order_relaxed));
+  return true;
+}
+
 /* Empty cache i, handing each block to release(), and shrink it back.  The
  * last block goes first, so that the pages' lists keep the last freed on
  * top, as the cache had them (the next malloc takes the first back). */
@@ -305,7 +314,8 @@ void tcache_decay(heap_t *h, uint64_t now) {
 
 void tcache_flush(heap_t *h) {
   if (h->tc_parked) tcache_resume(h);             /* (the thread's exit: not via heap_enter) */
-  for (size_t i = 0; i < TC_CLASSES; i++) drain(h, i, release_local);
+  for (size_t i = 0; i < TC_CLASSES; i++)
+    if (!at_rest(h, i)) drain(h, i, release_local);
   hm_assert(!any_held(h) && !h->tc_parked);
 }
 
