@@ -284,16 +284,22 @@ static void collect_one(heap_t *h, block_t *b) {
  * no block passes: its blocks go one by one.  The blocks go last first, as
  * the inbox's buffers go newest first, so that malloc pops them in the order
  * they were freed: blocks freed in the order they were made come back in
- * address order, whose misses the processor's prefetcher hides. */
+ * address order, whose misses the processor's prefetcher hides.  Each
+ * block's line is fetched COLLECT_AHEAD blocks ahead of its turn (all of a
+ * buffer's at once, the prefetches wait for the processor's miss buffers),
+ * and the buffer's own lines first, in order: they come from the sender's
+ * core, and read backwards they would come one at a time. */
+#define COLLECT_AHEAD 16
 static void collect_buffer(heap_t *h, rbuf_t *o) {
   block_t **first = (block_t **)o->block, **at = first + o->n;
-  for (block_t **p = first; p < at; p++) __builtin_prefetch(*p, 1);   /* (the buffer's lines in order:
-                                                  they come from the sender's cache) */
+  for (uintptr_t l = (uintptr_t)first & ~(uintptr_t)63; l < (uintptr_t)at; l += 64) __builtin_prefetch((void *)l);
+  for (block_t **p = at; p-- > first && at - p <= COLLECT_AHEAD;) __builtin_prefetch(*p, 1);
   uintptr_t slice = 1;                          /* what pg and to are for (1: nothing) */
   page_t *pg = &hm_page_invalid;
   list_t *to = NULL;
   while (at-- > first) {
     block_t *b = *at;
+    if (at - first >= COLLECT_AHEAD) __builtin_prefetch(at[-COLLECT_AHEAD], 1);
     if (((uintptr_t)b & ~(SLICE_SIZE - 1)) != slice) {
       segment_t *s = segment_of(b);
       size_t k = ((uintptr_t)b & SEG_MASK) >> SLICE_SHIFT;
