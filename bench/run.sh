@@ -277,8 +277,12 @@ run_one() {  # variant bench
 }
 
 # Interleaved: run r of every benchmark under every variant before run r+1,
-# the variants' order rotating from run to run, so slow drifts of a shared
-# machine fall on all of them alike.  Raw lines: "bench variant run k=v ...".
+# so slow drifts of a shared machine fall on all of them alike.  The order
+# is run r's row of a Williams square (0 1 n-1 2 n-2 ..., plus r): who goes
+# first and who follows whom change from run to run.  A plain rotation keeps
+# each variant behind the same one, and what that one leaves (pages the
+# host has taken back or not, caches) then biases every run.
+# Raw lines: "bench variant run k=v ...".
 interleave() {  # raw-file
   local raw=$1 nv=${#VARIANTS[@]} n=0 total start=$SECONDS
   total=$((RUNS * $(wc -w <<<"$BENCH") * nv))
@@ -286,7 +290,8 @@ interleave() {  # raw-file
   for run in $(seq 1 "$RUNS"); do
     for b in $BENCH; do
       for i in $(seq 0 $((nv - 1))); do
-        v=${VARIANTS[$(((i + run - 1) % nv))]}
+        w=$((i == 0 ? 0 : i % 2 ? (i + 1) / 2 : nv - i / 2))
+        v=${VARIANTS[$(((w + run - 1) % nv))]}
         n=$((n + 1))
         local left=$(((SECONDS - start) * (total - n + 1) / n))
         progress "$(printf '[%d/%d] run %d/%d %-14s %-9s %4ds elapsed, ~%ds left' "$n" "$total" "$run" "$RUNS" "$b" "$v" \
