@@ -263,14 +263,22 @@ add_spec() {  # name spec
 # wrapper).  WRAP is a command put in front of it (strace); redis.sh puts it in
 # front of the server instead.  Prints the RESULT fields plus maxrss_kib;
 # returns non-zero (with the output in $TMP/last.err) on failure.
+# The library runs from a fresh copy of its file each time: the speed of a
+# tight loop follows which physical pages hold the library's code (two
+# byte-identical files ran fixed-64 at 138 M and 240 M pairs/s, each
+# run after run), so one file would bias every run of its variant.
 WRAP=""
 run_one() {  # variant bench
-  local v=$1 b=$2 res rc=0
+  local v=$1 b=$2 res rc=0 lib=${VLIB[$v]}
   local -a envs=() pre=()
+  case $lib in                                 # (not libc: the program would load its own file beside the copy)
+  */libc.so.6) ;;
+  *) rm -f "$TMP/preload-$v.so" && cp "$lib" "$TMP/preload-$v.so" && lib=$TMP/preload-$v.so ;;   # (a new file: a server of the last run may still map the old one)
+  esac
   read -ra envs <<<"${VENV[$v]}"
   if [ "$b" = redis ]; then pre=(env SERVER_WRAP="$WRAP"); else read -ra pre <<<"$WRAP"; fi
   res=$(timeout -k 5 "$TIMEOUT" /usr/bin/time -o "$TMP/time" -f %M \
-    "${pre[@]}" env LD_PRELOAD="${VLIB[$v]}" "${envs[@]}" ${CMD[$b]} 2>"$TMP/last.err") || rc=$?
+    "${pre[@]}" env LD_PRELOAD="$lib" "${envs[@]}" ${CMD[$b]} 2>"$TMP/last.err") || rc=$?
   res=$(sed -n 's/^RESULT //p' <<<"$res")
   if [ $rc -ne 0 ] || [ -z "$res" ]; then echo "exit $rc: $res" >>"$TMP/last.err"; return 1; fi
   echo "$res maxrss_kib=$(tail -1 "$TMP/time")"
