@@ -322,12 +322,16 @@ static void collect_buffer(heap_t *h, rbuf_t *o) {
 }
 
 /* Free the blocks of buffers o... (the owner, no lock held) and keep or send
- * back the buffers. */
+ * back the buffers.  The next buffer's lines are fetched while this one's
+ * blocks are freed: they come from the sender's core, and collect_buffer's
+ * first reads would wait for them. */
 static void collect(heap_t *h, rbuf_t *o) {
   hm_assert(!heap_held(h) && o != INBOX_CLOSED);
   while (o) {
     rbuf_t *next = o->next;
     hm_assert(o->to == h && o->n > 0 && o->n <= RB_BLOCKS);   /* buffers of h's blocks */
+    if (next)
+      for (size_t l = 0; l < sizeof *next; l += 64) __builtin_prefetch((uint8_t *)next + l);
     collect_buffer(h, o);
     if (h->rb_spares < RB_SPARES) {
       hm_assert(o->home != NULL);
