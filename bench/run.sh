@@ -28,6 +28,7 @@ RESULTS=$OUT/results     # untracked: a run leaves the clone as it was, unless S
 TIMEOUT=${TIMEOUT:-300}
 mkdir -p "$OUT" "$RESULTS"
 TMP=$(mktemp -d "$OUT/run.XXXXXX")     # this run's scratch files: runs may overlap
+TMP=$(cd "$TMP" && pwd)                # (absolute: field.sh runs its program in a directory of its own)
 trap 'rm -rf "$TMP"' EXIT
 trap 'exit 130' INT TERM   # timeout keeps runs out of the terminal's signals: stop after this run
 note() { echo "note: $*" >&2; }
@@ -280,6 +281,8 @@ run_one() {  # variant bench
   res=$(timeout -k 5 "$TIMEOUT" /usr/bin/time -o "$TMP/time" -f %M \
     "${pre[@]}" env LD_PRELOAD="$lib" "${envs[@]}" ${CMD[$b]} 2>"$TMP/last.err") || rc=$?
   res=$(sed -n 's/^RESULT //p' <<<"$res")
+  # A library ld.so could not preload leaves the program on glibc's malloc: a failed run, not a time.
+  if grep -q 'cannot be preloaded' "$TMP/last.err"; then rc=${rc/#0/1}; fi
   if [ $rc -ne 0 ] || [ -z "$res" ]; then echo "exit $rc: $res" >>"$TMP/last.err"; return 1; fi
   echo "$res maxrss_kib=$(tail -1 "$TMP/time")"
 }
