@@ -274,7 +274,9 @@ run_one() {  # variant bench
   local -a envs=() pre=()
   case $lib in                                 # (not libc: the program would load its own file beside the copy)
   */libc.so.6) ;;
-  *) rm -f "$TMP/preload-$v.so" && cp "$lib" "$TMP/preload-$v.so" && lib=$TMP/preload-$v.so ;;   # (a new file: a server of the last run may still map the old one)
+  *) rm -f "$TMP/preload-$v.so"             # (a new file: a server of the last run may still map the old one)
+     cp "$lib" "$TMP/preload-$v.so" 2>"$TMP/last.err" || return 1
+     lib=$TMP/preload-$v.so ;;
   esac
   read -ra envs <<<"${VENV[$v]}"
   if [ "$b" = redis ]; then pre=(env SERVER_WRAP="$WRAP"); else read -ra pre <<<"$WRAP"; fi
