@@ -353,8 +353,11 @@ void segment_destroy(heap_t *h, segment_t *s) {
   segment_release_empty(h, s);
 }
 
+/* A first-class heap adopts none: its destroy frees every page it has, in
+ * use or not, and an abandoned segment holds the program's live blocks. */
 bool segment_try_reclaim(heap_t *h, segment_t *s) {
   hm_assert(heap_held(h));
+  if (atomic_load_explicit(&h->user, memory_order_relaxed)) return false;
   bool got = abandon_take(s);
   if (got) segment_adopt(h, s);
   return got;
@@ -362,6 +365,7 @@ bool segment_try_reclaim(heap_t *h, segment_t *s) {
 
 static segment_t *segment_reclaim_any(heap_t *h) {
   hm_assert(heap_held(h));
+  if (atomic_load_explicit(&h->user, memory_order_relaxed)) return NULL;   /* (as segment_try_reclaim) */
   segment_t *s = abandon_take_any();
   if (!s) return NULL;
   return segment_adopt(h, s) ? s : segment_reclaim_any(h);

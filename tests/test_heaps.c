@@ -115,6 +115,44 @@ TEST(destroy_gives_back_every_block) {
   hakmem_free(p);
 }
 
+/* Threads exit holding blocks of plain malloc, more at once than exited
+ * threads' heaps are kept whole for the next threads (PARK_MAX, thread.c):
+ * the segments of the rest are abandoned.  A first-class heap must not
+ * adopt them (its destroy frees every page it has, in use or not): the
+ * blocks stay the program's. */
+#define DEAD_THREADS 24
+#define DEAD_EACH 200
+static unsigned char *dead[DEAD_THREADS][DEAD_EACH];
+static pthread_barrier_t dead_bar;
+static void *leave_blocks(void *arg) {
+  unsigned char **mine = arg;
+  for (int i = 0; i < DEAD_EACH; i++) {
+    mine[i] = hakmem_malloc(64);
+    if (mine[i]) fill(mine[i], 64, (unsigned)i);
+  }
+  pthread_barrier_wait(&dead_bar);                             /* (all alive at once: each has a heap of its own) */
+  return NULL;
+}
+
+TEST(destroy_keeps_dead_threads_blocks) {
+  pthread_t t[DEAD_THREADS];
+  pthread_barrier_init(&dead_bar, NULL, DEAD_THREADS);
+  for (int k = 0; k < DEAD_THREADS; k++) CHECK(pthread_create(&t[k], NULL, leave_blocks, dead[k]) == 0);
+  for (int k = 0; k < DEAD_THREADS; k++) pthread_join(t[k], NULL);
+  pthread_barrier_destroy(&dead_bar);
+  for (int round = 0; round < 8; round++) {                   /* (heaps enough to take every abandoned segment) */
+    hakmem_heap_t *h = hakmem_heap_new();
+    for (int i = 0; i < 4000; i++) hakmem_heap_malloc(h, 64);
+    hakmem_heap_destroy(h);
+  }
+  int bad = 0;
+  for (int k = 0; k < DEAD_THREADS; k++)
+    for (int i = 0; i < DEAD_EACH; i++) bad += !dead[k][i] || !intact(dead[k][i], 64, (unsigned)i);
+  CHECKF(bad == 0, "%d of %d blocks of exited threads changed by heaps' destroy", bad, DEAD_THREADS * DEAD_EACH);
+  for (int k = 0; k < DEAD_THREADS; k++)
+    for (int i = 0; i < DEAD_EACH; i++) hakmem_free(dead[k][i]);
+}
+
 TEST(delete_keeps_the_blocks) {
   size_t base = in_use();
   hakmem_heap_t *h = hakmem_heap_new();
