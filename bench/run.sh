@@ -284,7 +284,7 @@ run_one() {  # variant bench
     "${pre[@]}" env LD_PRELOAD="$lib" "${envs[@]}" ${CMD[$b]} 2>"$TMP/last.err") || rc=$?
   res=$(sed -n 's/^RESULT //p' <<<"$res")
   # A library ld.so could not preload leaves the program on glibc's malloc: a failed run, not a time.
-  if grep -q 'cannot be preloaded' "$TMP/last.err"; then rc=${rc/#0/1}; fi
+  if [ $rc -eq 0 ] && grep -q 'cannot be preloaded' "$TMP/last.err"; then rc=1; fi
   if [ $rc -ne 0 ] || [ -z "$res" ]; then echo "exit $rc: $res" >>"$TMP/last.err"; return 1; fi
   echo "$res maxrss_kib=$(tail -1 "$TMP/time")"
 }

@@ -286,13 +286,11 @@ static void collect_one(heap_t *h, block_t *b) {
  * they were freed: blocks freed in the order they were made come back in
  * address order, whose misses the processor's prefetcher hides.  Each
  * block's line is fetched COLLECT_AHEAD blocks ahead of its turn (all of a
- * buffer's at once, the prefetches wait for the processor's miss buffers),
- * and the buffer's own lines first, in order: they come from the sender's
- * core, and read backwards they would come one at a time. */
+ * buffer's at once, the prefetches wait for the processor's miss buffers);
+ * the buffer's own lines were fetched before (rb_fetch). */
 #define COLLECT_AHEAD 16
 static void collect_buffer(heap_t *h, rbuf_t *o) {
   block_t **first = (block_t **)o->block, **at = first + o->n;
-  for (uintptr_t l = (uintptr_t)first & ~(uintptr_t)63; l < (uintptr_t)at; l += 64) __builtin_prefetch((void *)l);
   for (block_t **p = at; p-- > first && at - p <= COLLECT_AHEAD;) __builtin_prefetch(*p, 1);
   uintptr_t slice = 1;                          /* what pg and to are for (1: nothing) */
   page_t *pg = &hm_page_invalid;
@@ -321,17 +319,23 @@ static void collect_buffer(heap_t *h, rbuf_t *o) {
   }
 }
 
+/* Fetch buffer o's lines, in order: they come from the sender's core, and
+ * collect_buffer, which reads its pointers last first, would take them one
+ * at a time. */
+static void rb_fetch(const rbuf_t *o) {
+  for (size_t l = 0; l < sizeof *o; l += 64) __builtin_prefetch((const uint8_t *)o + l);
+}
+
 /* Free the blocks of buffers o... (the owner, no lock held) and keep or send
- * back the buffers.  The next buffer's lines are fetched while this one's
- * blocks are freed: they come from the sender's core, and collect_buffer's
- * first reads would wait for them. */
+ * back the buffers.  Each buffer's lines are fetched while the one before
+ * it is collected. */
 static void collect(heap_t *h, rbuf_t *o) {
   hm_assert(!heap_held(h) && o != INBOX_CLOSED);
+  if (o) rb_fetch(o);
   while (o) {
     rbuf_t *next = o->next;
     hm_assert(o->to == h && o->n > 0 && o->n <= RB_BLOCKS);   /* buffers of h's blocks */
-    if (next)
-      for (size_t l = 0; l < sizeof *next; l += 64) __builtin_prefetch((uint8_t *)next + l);
+    if (next) rb_fetch(next);
     collect_buffer(h, o);
     if (h->rb_spares < RB_SPARES) {
       hm_assert(o->home != NULL);
