@@ -19,7 +19,8 @@
 # SUITE=full (adds the 8-thread and other longer variants), BENCH="names" (a
 # subset), ALLOCS="names" (a name is also NAME=LIBRARY.so[@VERSION]), REF (the
 # allocator the ratios are to), SAVE=1 (the run becomes bench/results/latest.*),
-# TIMEOUT (seconds per run, 300).  See bench/README.md.
+# TIMEOUT (seconds per run, 300), SETTLE_MB (memory touched before each run,
+# 0: none).  See bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-compare}
@@ -268,7 +269,13 @@ add_spec() {  # name spec
 # tight loop follows which physical pages hold the library's code (two
 # byte-identical files ran fixed-64 at 138 M and 240 M pairs/s, each
 # run after run), so one file would bias every run of its variant.
+# Before it, bench/settle touches SETTLE_MB MiB (default 1024, at most a
+# quarter of the memory available) and exits: every run starts with that much
+# memory freed a moment ago.  On a VM that hands free memory back to its host,
+# a run otherwise waits for the host as the run before it left it (whether
+# that one freed its memory at exit or gave it back as it went).
 WRAP=""
+SETTLE_MB=${SETTLE_MB:-$(awk '/^MemAvailable:/ { m = int($2 / 4096); print m < 1024 ? m : 1024 }' /proc/meminfo)}
 run_one() {  # variant bench
   local v=$1 b=$2 res rc=0 lib=${VLIB[$v]}
   local -a envs=() pre=()
@@ -280,6 +287,7 @@ run_one() {  # variant bench
   esac
   read -ra envs <<<"${VENV[$v]}"
   if [ "$b" = redis ]; then pre=(env SERVER_WRAP="$WRAP"); else read -ra pre <<<"$WRAP"; fi
+  "$OUT/settle" "${SETTLE_MB:-0}" || note "bench/settle could not touch $SETTLE_MB MiB"
   res=$(timeout -k 5 "$TIMEOUT" /usr/bin/time -o "$TMP/time" -f %M \
     "${pre[@]}" env LD_PRELOAD="$lib" "${envs[@]}" ${CMD[$b]} 2>"$TMP/last.err") || rc=$?
   res=$(sed -n 's/^RESULT //p' <<<"$res")
