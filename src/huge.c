@@ -40,6 +40,79 @@ static _Atomic uint64_t huge_serial;   /* huge blocks handed out so far */
 static _Atomic size_t huge_last;       /* the size of the latest */
 static void huge_list_remove(segment_t *s);
 
+/* ---- transparent huge pages for huge blocks (HAKMEM_HUGEPAGES=1) ----------
+ * In transparent huge pages a block the program fills takes one page fault
+ * per 2 MiB instead of per 4 KiB; but every 2 MiB stretch it touches at all
+ * costs a whole huge page, zeroed: a program that touches a few bytes of
+ * each big buffer would pay hundreds of times the memory and the time.  So
+ * huge blocks ask for them while the program is seen to fill its big blocks.
+ * A clean block (no page of it resident) whose first stretch (the header's)
+ * has no advice is a probe: at its free, that stretch's part of the block is
+ * dense if at least half of its pages are resident.  The score moves toward
+ * dense or sparse by one per probe, within +-THP_SCORE; the rest of a block
+ * asks for huge pages while it is positive, and all of it once it is at the
+ * top but for one clean block in THP_PROBE (an advised stretch reads as
+ * full).  At the bottom one probe in THP_SAMPLE is measured (mincore, about
+ * 1 us).  HAKMEM_HUGEPAGES=2 advises every huge block whole, 0 none. */
+#define THP_SCORE  2
+#define THP_PROBE  16
+#define THP_SAMPLE 8
+typedef struct {
+  _Atomic int score;                   /* > 0: huge blocks ask for huge pages */
+  _Atomic unsigned clean;              /* clean blocks handed out at the top */
+  _Atomic unsigned probes;             /* probes freed at the bottom */
+} thp_t;
+static thp_t thp = { .score = 1 };    /* (so the first blocks are probes, the rest of them advised) */
+enum { ADVICE_NONE, ADVICE_BUT_FIRST, ADVICE_ALL };   /* segment_t.huge_advice */
+
+/* The advice a huge block should have (clean: nothing of it resident). */
+static uint8_t thp_wanted(bool clean) {
+  long mode = atomic_load_explicit(&hm_options.hugepages, memory_order_relaxed);
+  if (mode != 1) return mode >= 2 ? ADVICE_ALL : ADVICE_NONE;
+  int score = atomic_load_explicit(&thp.score, memory_order_relaxed);
+  if (score <= 0) return ADVICE_NONE;
+  if (score < THP_SCORE || (clean && atomic_fetch_add_explicit(&thp.clean, 1, memory_order_relaxed) % THP_PROBE == 0))
+    return ADVICE_BUT_FIRST;
+  return ADVICE_ALL;
+}
+
+/* The bytes from s to the end of the huge page's stretch it starts in. */
+static size_t thp_first(const segment_t *s) {
+  size_t h = os_hugepage_size();
+  return h - ((uintptr_t)s & (h - 1));
+}
+
+/* Move span s (size bytes) from advice had to a: its first stretch and the
+ * rest as each needs.  (It reads nothing of s: a fresh mapping is advised
+ * before the header's first write faults in its page.) */
+static void thp_set(segment_t *s, size_t size, uint8_t had, uint8_t a) {
+  size_t first = thp_first(s);
+  if (size <= first) {                         /* (pages of 16 or 64 KiB: huge pages of 32 or 512 MiB) */
+    if ((had == ADVICE_ALL) != (a == ADVICE_ALL)) os_hugepage(s, size, a == ADVICE_ALL);
+    return;
+  }
+  bool had_first = had == ADVICE_ALL, had_rest = had != ADVICE_NONE;
+  bool want_first = a == ADVICE_ALL, want_rest = a != ADVICE_NONE;
+  if (had_first != want_first && had_rest != want_rest) os_hugepage(s, size, want_rest);
+  else if (had_first != want_first) os_hugepage(s, first, want_first);
+  else if (had_rest != want_rest) os_hugepage((uint8_t *)s + first, size - first, want_rest);
+}
+
+/* s, a probe's segment, is freed: how densely was its first stretch used? */
+static void thp_measure(segment_t *s) {
+  int score = atomic_load_explicit(&thp.score, memory_order_relaxed);
+  if (score == -THP_SCORE && atomic_fetch_add_explicit(&thp.probes, 1, memory_order_relaxed) % THP_SAMPLE != 0)
+    return;
+  uint8_t *start = s->pages[1].start, *end = (uint8_t *)s + thp_first(s);
+  if (end > start + s->pages[1].block_size) end = start + s->pages[1].block_size;
+  size_t pages;
+  if (start >= end || !os_resident(start, (size_t)(end - start), &pages)) return;
+  bool dense = pages * 2 * OS_PAGE >= (size_t)(end - start);
+  /* (a racing update may be lost: the score is a tendency) */
+  if (dense ? score < THP_SCORE : score > -THP_SCORE)
+    atomic_store_explicit(&thp.score, score + (dense ? 1 : -1), memory_order_relaxed);
+}
+
 /* Purge entries past their delay; unmap the oldest beyond the byte budget.
  * Called with huge_lock held; returns the list of segments to unmap. */
 static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
@@ -112,6 +185,7 @@ static segment_t *huge_cache_take(size_t total) {
     rest->size = best->size - keep;
     rest->purge_ms = best->purge_ms;
     rest->purged_ms = best->purged_ms;
+    rest->huge_advice = best->huge_advice == ADVICE_NONE ? ADVICE_NONE : ADVICE_ALL;   /* (best's rest) */
     rest->pages[1].cls = CLASS_HUGE;           /* (the census: a cached huge mapping) */
     best->size = keep;
     registry_add(rest);
@@ -141,6 +215,11 @@ static void huge_cache_neighbours(segment_t *s, segment_t **before, segment_t **
  * reads as zero: calloc counts on it). */
 static void huge_merge(segment_t *a, segment_t *b) {
   hm_assert((uint8_t *)a + a->size == (uint8_t *)b);   /* adjacent */
+  if (a->huge_advice != b->huge_advice || a->huge_advice == ADVICE_BUT_FIRST) {   /* one advice for the span */
+    uint8_t want = thp_wanted(false);
+    os_hugepage(a, a->size + b->size, want == ADVICE_ALL);
+    a->huge_advice = want == ADVICE_ALL ? ADVICE_ALL : ADVICE_NONE;
+  }
   registry_remove(b);
   if (!a->purge_ms && !b->purge_ms) os_purge(b, huge_header());
   a->size += b->size;
@@ -184,10 +263,13 @@ page_t *huge_alloc(heap_t *h, size_t size, size_t align) {
     }
     return NULL;
   }
-  if (fresh && hm_options.hugepages) os_hugepage(s, total);
+  uint8_t advice = thp_wanted(zero);
+  thp_set(s, total, fresh ? ADVICE_NONE : s->huge_advice, advice);
   secure_guard_set(s, total);
   slices_init(s, total, fresh);
   if (fresh) registry_add(s);
+  s->huge_advice = advice;
+  s->huge_probe = zero && advice != ADVICE_ALL;
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
   s->huge_serial = atomic_fetch_add_explicit(&huge_serial, 1, memory_order_relaxed) + 1;
   atomic_store_explicit(&huge_last, usable, memory_order_relaxed);
@@ -221,6 +303,7 @@ void huge_free(segment_t *s) {
   if (s->heap) huge_list_remove(s);
   hm_assert(!s->heap);                          /* (a first-class heap's list no longer has it) */
   stat_dec(STAT_HUGE);
+  if (s->huge_probe) thp_measure(s);
   if (s->huge_offset || s->size > HUGE_CACHE_BYTES / 4 || hm_secure) { registry_unmap(s); return; }
   uint64_t now = os_now_ms();
   /* The old copy of a growing buffer (a bigger block was handed out since

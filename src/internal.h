@@ -401,7 +401,9 @@ void *os_map(size_t size);                        /* zeroed, NULL on failure */
 void *os_map_aligned(size_t size, size_t align);
 void  os_unmap(void *p, size_t size);
 void  os_purge(void *p, size_t size);             /* drop contents, keep mapping */
-void  os_hugepage(void *p, size_t size);          /* back with transparent huge pages */
+void  os_hugepage(void *p, size_t size, bool on); /* back with transparent huge pages, or not */
+size_t os_hugepage_size(void);
+bool  os_resident(void *p, size_t size, size_t *pages);   /* resident OS pages (mincore) */
 void  os_protect(void *p, size_t size, bool access); /* access or a guard (PROT_NONE) */
 void *os_remap(void *old, size_t old_size, size_t new_size, void *fixed); /* NULL on failure */
 bool  os_resize_in_place(void *p, size_t old_size, size_t new_size);

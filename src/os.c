@@ -149,16 +149,35 @@ void os_purge(void *p, size_t size) {
   if (madvise(p, size, MADV_DONTNEED) == 0) stat_add(STAT_PURGED, size);
 }
 
-/* Ask the kernel to back [p, p + size) with transparent huge pages (where
- * THP is in "madvise" mode, as on Debian and Ubuntu, it does so only when
- * asked): a fault then maps 2 MiB at once, and the TLB holds 512 times as
- * much of the block.  For blocks of 4 MiB and more, whose last partial huge
- * page is little to waste, and with HAKMEM_HUGEPAGES=2 for segments too. */
-void os_hugepage(void *p, size_t size) {
-#ifdef MADV_HUGEPAGE
+/* Ask the kernel to back [p, p + size) with transparent huge pages, or not
+ * (where THP is in "madvise" mode, as on Debian and Ubuntu, it does so only
+ * when asked): a fault then maps 2 MiB at once, and the TLB holds 512 times
+ * as much of the block.  For huge blocks the program fills (huge.c), and
+ * with HAKMEM_HUGEPAGES=2 for segments too. */
+void os_hugepage(void *p, size_t size, bool on) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   stat_os(STAT_OS_MADVISE);
-  madvise(p, size, MADV_HUGEPAGE);
+  madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 #endif
+}
+
+/* A transparent huge page's size: what one entry of the level above the
+ * pages' table maps (2 MiB with 4 KiB pages). */
+size_t os_hugepage_size(void) { return OS_PAGE / sizeof(uint64_t) * OS_PAGE; }
+
+/* How many OS pages of [p, p + size) (whole pages) are resident, in *pages;
+ * false if the kernel cannot tell. */
+bool os_resident(void *p, size_t size, size_t *pages) {
+  unsigned char vec[1024];                     /* (1024 pages a call: free may run on a small stack) */
+  uintptr_t at = (uintptr_t)p, end = at + size;
+  *pages = 0;
+  while (at < end) {
+    size_t n = end - at < sizeof vec * OS_PAGE ? end - at : sizeof vec * OS_PAGE;
+    if (mincore((void *)at, n, vec) != 0) return false;
+    for (size_t i = 0; i < (n + OS_PAGE - 1) / OS_PAGE; i++) *pages += vec[i] & 1;
+    at += n;
+  }
+  return true;
 }
 
 /* Make whole pages accessible again, or a guard that faults on any access

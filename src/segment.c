@@ -34,7 +34,7 @@ static segment_t *segment_new(heap_t *h) {
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
     bool huge = hm_options.hugepages >= 2;
-    if (huge) os_hugepage(s, SEG_SIZE);       /* (before the header's first write faults in its page) */
+    if (huge) os_hugepage(s, SEG_SIZE, true); /* (before the header's first write faults in its page) */
     s->huge_pages = huge;
     stat_inc(STAT_SEGMENTS);
   } else {

@@ -11,6 +11,9 @@ typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   bool huge_pages;               /* asked for transparent huge pages (HAKMEM_HUGEPAGES=2): kept
                                     when cached, as the mapping keeps the advice */
+  uint8_t huge_advice;           /* huge spans: where they asked for them (huge.c's thp_t) */
+  bool huge_probe;               /* a huge block that started clean, its first stretch without
+                                    the advice: its free measures how the program used it */
   /* (a line on: a segment's first line sits in the L1 set that every block at
    * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
    * and free's lookup here would lose it to them) */

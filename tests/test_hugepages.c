@@ -1,7 +1,7 @@
 /* HAKMEM_HUGEPAGES=2: segments ask for transparent huge pages too, so the
  * mapping that holds small blocks is eligible for them (smaps' THPeligible);
- * at the default (1) only blocks with a mapping of their own are, and a
- * program of small blocks keeps 4 KiB pages. */
+ * at the default (1) only blocks with a mapping of their own may be, while
+ * the program fills them, and a program of small blocks keeps 4 KiB pages. */
 #include "test.h"
 #include "hakmem.h"
 #include "internal.h"
@@ -109,6 +109,59 @@ TEST(stats_show_huge_pages) {
   if (st.huge_page_resident == 0) SKIP("the kernel gave no huge page (none free, or defrag off)");
   else CHECKF(st.huge_page_resident >= (24u << 20), "only %zu KiB in huge pages", st.huge_page_resident >> 10);
   for (int i = 0; i < N; i++) hakmem_free(b[i]);
+}
+
+/* ---- huge blocks: huge pages while the program fills them ------------------
+ * At HAKMEM_HUGEPAGES=1 (set here, and no huge cache: each block a fresh
+ * mapping, each a probe when its turn comes) a huge block asks for huge
+ * pages after blocks that were filled, not after blocks touched at both ends
+ * only (huge.c's thp_t): THPeligible of a new block's last stretch.  32
+ * rounds move the score from either end to the other. */
+static int huge_block_after(bool filled) {
+  long mode = 0, cache = 0;
+  hakmem_option_get("HAKMEM_HUGEPAGES", &mode);
+  hakmem_option_get("HAKMEM_HUGE_CACHE_MB", &cache);
+  hakmem_option_set("HAKMEM_HUGEPAGES", 1);
+  hakmem_option_set("HAKMEM_HUGE_CACHE_MB", 0);
+  size_t n = (size_t)16 << 20;
+  for (int i = 0; i < 32; i++) {
+    char *p = hakmem_malloc(n);
+    if (filled) memset(p, 1, n);
+    else p[0] = p[n - 1] = 1;
+    hakmem_free(p);
+  }
+  char *p = hakmem_malloc(n);
+  int e = thp_eligible(p + n - 1);
+  hakmem_free(p);
+  hakmem_option_set("HAKMEM_HUGEPAGES", mode);
+  hakmem_option_set("HAKMEM_HUGE_CACHE_MB", cache);
+  return e;
+}
+
+static bool thp_always(void) {
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char s[128] = "";
+  if (f) { if (!fgets(s, sizeof s, f)) s[0] = 0; fclose(f); }
+  return strstr(s, "[always]") != NULL;
+}
+
+TEST(huge_blocks_touched_sparsely_keep_small_pages) {
+  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+  if (thp_always()) { SKIP("transparent huge pages are \"always\" here: every mapping is eligible"); return; }
+  int e = huge_block_after(false);
+  if (e < 0) { SKIP("smaps has no THPeligible (kernel older than 5.x)"); return; }
+  CHECKF(e == 0, "after blocks touched at both ends only, a huge block asks for huge pages (THPeligible %d)", e);
+}
+
+TEST(huge_blocks_filled_get_huge_pages) {
+  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+  int e = huge_block_after(true);
+  if (e < 0) { SKIP("smaps has no THPeligible (kernel older than 5.x)"); return; }
+  CHECKF(e == 1, "after filled blocks, a huge block does not ask for huge pages (THPeligible %d)", e);
+  /* and back */
+  if (thp_always()) return;
+  e = huge_block_after(false);
+  CHECKF(e == 0, "after blocks touched at both ends again, THPeligible %d", e);
 }
 
 /* The default, in a child exec'd with it (set, so that TEST_ENV keeps it). */
