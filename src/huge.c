@@ -63,7 +63,6 @@ typedef struct {
   _Atomic unsigned probes;             /* probes freed at the bottom */
 } thp_t;
 static thp_t thp = { .score = 1 };    /* (so the first blocks are probes, the rest of them advised) */
-enum { ADVICE_NONE, ADVICE_BUT_FIRST, ADVICE_ALL };   /* segment_t.huge_advice */
 
 /* The advice a huge block should have (clean: nothing of it resident). */
 static uint8_t thp_wanted(bool clean) {
@@ -185,7 +184,7 @@ static segment_t *huge_cache_take(size_t total) {
     rest->size = best->size - keep;
     rest->purge_ms = best->purge_ms;
     rest->purged_ms = best->purged_ms;
-    rest->huge_advice = best->huge_advice == ADVICE_NONE ? ADVICE_NONE : ADVICE_ALL;   /* (best's rest) */
+    rest->advice = best->advice == ADVICE_NONE ? ADVICE_NONE : ADVICE_ALL;   /* (best's rest) */
     rest->pages[1].cls = CLASS_HUGE;           /* (the census: a cached huge mapping) */
     best->size = keep;
     registry_add(rest);
@@ -215,10 +214,10 @@ static void huge_cache_neighbours(segment_t *s, segment_t **before, segment_t **
  * reads as zero: calloc counts on it). */
 static void huge_merge(segment_t *a, segment_t *b) {
   hm_assert((uint8_t *)a + a->size == (uint8_t *)b);   /* adjacent */
-  if (a->huge_advice != b->huge_advice || a->huge_advice == ADVICE_BUT_FIRST) {   /* one advice for the span */
+  if (a->advice != b->advice || a->advice == ADVICE_BUT_FIRST) {   /* one advice for the span */
     uint8_t want = thp_wanted(false);
     os_hugepage(a, a->size + b->size, want == ADVICE_ALL);
-    a->huge_advice = want == ADVICE_ALL ? ADVICE_ALL : ADVICE_NONE;
+    a->advice = want == ADVICE_ALL ? ADVICE_ALL : ADVICE_NONE;
   }
   registry_remove(b);
   if (!a->purge_ms && !b->purge_ms) os_purge(b, huge_header());
@@ -264,11 +263,11 @@ page_t *huge_alloc(heap_t *h, size_t size, size_t align) {
     return NULL;
   }
   uint8_t advice = thp_wanted(zero);
-  thp_set(s, total, fresh ? ADVICE_NONE : s->huge_advice, advice);
+  thp_set(s, total, fresh ? ADVICE_NONE : s->advice, advice);
   secure_guard_set(s, total);
   slices_init(s, total, fresh);
   if (fresh) registry_add(s);
-  s->huge_advice = advice;
+  s->advice = advice;
   s->huge_probe = zero && advice != ADVICE_ALL;
   s->huge_offset = align >= SEG_SIZE ? SEG_SIZE : 0;
   s->huge_serial = atomic_fetch_add_explicit(&huge_serial, 1, memory_order_relaxed) + 1;

@@ -35,7 +35,7 @@ static segment_t *segment_new(heap_t *h) {
   if (fresh) {
     bool huge = hm_options.hugepages >= 2;
     if (huge) os_hugepage(s, SEG_SIZE, true); /* (before the header's first write faults in its page) */
-    s->huge_pages = huge;
+    s->advice = huge ? ADVICE_ALL : ADVICE_NONE;
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
@@ -240,7 +240,7 @@ bool segment_large_resize(page_t *pg, size_t slices) {
  * always: the header).  A purge inside a huge page splits it, and khugepaged
  * would fault the rest of it back in to make it whole again. */
 static uint64_t huge_page_kept(const segment_t *s) {
-  if (!s->huge_pages) return 0;
+  if (s->advice != ADVICE_ALL) return 0;
   uint64_t low = (1ull << (SLICES / 2)) - 1, kept = 0;
   if (s->used_slices & low) kept |= low;
   if (s->used_slices & ~low) kept |= ~low;

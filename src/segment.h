@@ -7,11 +7,14 @@
 #define HAKMEM_SEGMENT_H
 
 /* ---- segments ------------------------------------------------------------ */
+/* Where a mapping asked for transparent huge pages: a segment nowhere or all
+ * over (HAKMEM_HUGEPAGES=2), a huge span also all but its first stretch (a
+ * probe of huge.c's thp_t). */
+enum { ADVICE_NONE, ADVICE_BUT_FIRST, ADVICE_ALL };
 typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
-  bool huge_pages;               /* asked for transparent huge pages (HAKMEM_HUGEPAGES=2): kept
-                                    when cached, as the mapping keeps the advice */
-  uint8_t huge_advice;           /* huge spans: where they asked for them (huge.c's thp_t) */
+  uint8_t advice;                /* ADVICE_*: where the mapping asked for transparent huge pages,
+                                    kept when cached, as the mapping keeps the advice */
   bool huge_probe;               /* a huge block that started clean, its first stretch without
                                     the advice: its free measures how the program used it */
   /* (a line on: a segment's first line sits in the L1 set that every block at
