@@ -11,7 +11,8 @@ typedef struct options_s {
   _Atomic long purge_delay_ms;   /* HAKMEM_PURGE_DELAY_MS */
   _Atomic long segment_cache;    /* HAKMEM_SEGMENT_CACHE */
   _Atomic long huge_cache_mb;    /* HAKMEM_HUGE_CACHE_MB */
-  _Atomic long hugepages;        /* HAKMEM_HUGEPAGES: 1 huge blocks, 2 also segments */
+  _Atomic long hugepages;        /* HAKMEM_HUGEPAGES: 1 huge blocks and a big heap's segments
+                                    while the program fills them, 2 all */
   _Atomic long thread_cache_kb;  /* HAKMEM_THREAD_CACHE_KB */
   _Atomic long background;       /* HAKMEM_BACKGROUND */
   _Atomic long secure;           /* HAKMEM_SECURE */

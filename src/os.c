@@ -152,8 +152,9 @@ void os_purge(void *p, size_t size) {
 /* Ask the kernel to back [p, p + size) with transparent huge pages, or not
  * (where THP is in "madvise" mode, as on Debian and Ubuntu, it does so only
  * when asked): a fault then maps 2 MiB at once, and the TLB holds 512 times
- * as much of the block.  For huge blocks the program fills (huge.c), and
- * with HAKMEM_HUGEPAGES=2 for segments too. */
+ * as much of the block.  For huge blocks and segments the program fills
+ * (huge.c, segment.c); off again for a segment's half its decay found
+ * mostly free. */
 void os_hugepage(void *p, size_t size, bool on) {
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   stat_os(STAT_OS_MADVISE);

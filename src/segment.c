@@ -25,6 +25,40 @@ static segment_t *fit_find(heap_t *h, int k, size_t n) {
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
 static segment_t *segment_reclaim_any(heap_t *h);
 
+/* Transparent huge pages for segments.  At HAKMEM_HUGEPAGES=1 a fresh
+ * segment asks for them once the process has more than SEG_HUGE_AFTER
+ * segments mapped and its heap is seen to fill the memory it takes: a fault
+ * then brings 2 MiB at once, far cheaper per byte than 4 KiB faults.  A small
+ * program keeps 4 KiB pages, and so does a thread that touches little of its
+ * blocks (a whole 2 MiB page for a line written) or has no segment yet (a
+ * thread that allocates a few blocks).  The measure: the share of the pages
+ * in use of the heap's segments outside huge pages that are resident (up to
+ * SEG_HUGE_PROBES segments, mincore); a heap with only segments in huge
+ * pages to measure was dense when it took them, and stays so. */
+#define SEG_HUGE_PROBES 4
+static bool segment_wants_huge(heap_t *h) {
+  if (hm_options.hugepages != 1) return hm_options.hugepages >= 2;
+  if (segcache_mapped() <= SEG_HUGE_AFTER) return false;
+  size_t pages = 0, resident = 0;
+  bool advised = false;
+  int probes = 0;
+  for (segment_t *s = h->segments; s && probes < SEG_HUGE_PROBES; s = s->next) {
+    uint64_t runs = s->used_slices & ~1ull;             /* (not the header's slice) */
+    advised |= s->advice != ADVICE_NONE;
+    if (s->advice != ADVICE_NONE || !runs) continue;
+    probes++;
+    while (runs) {
+      unsigned i, n;
+      size_t in;
+      runs &= ~slice_first_run(runs, &i, &n);
+      if (!os_resident((uint8_t *)s + i * SLICE_SIZE, n * SLICE_SIZE, &in)) continue;
+      pages += n * SLICE_SIZE / OS_PAGE;
+      resident += in;
+    }
+  }
+  return pages ? resident * 2 >= pages : advised;
+}
+
 /* A segment from the cache (segcache.c) joins h. */
 static segment_t *segment_new(heap_t *h) {
   hm_assert(heap_held(h));
@@ -33,9 +67,10 @@ static segment_t *segment_new(heap_t *h) {
   if (!s) return NULL;
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
-    bool huge = hm_options.hugepages >= 2;
+    bool huge = segment_wants_huge(h);
     if (huge) os_hugepage(s, SEG_SIZE, true); /* (before the header's first write faults in its page) */
     s->advice = huge ? ADVICE_ALL : ADVICE_NONE;
+    s->small_halves = 0;
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
@@ -235,16 +270,61 @@ bool segment_large_resize(page_t *pg, size_t slices) {
 
 /* ---- the decay of free slices -------------------------------------------- */
 
-/* The slices of s that its decay leaves resident whatever their age: in a
- * segment in huge pages, each 2 MiB half that holds a page in use (the first
- * always: the header).  A purge inside a huge page splits it, and khugepaged
- * would fault the rest of it back in to make it whole again. */
-static uint64_t huge_page_kept(const segment_t *s) {
+/* The decay of a segment in huge pages works on its 2 MiB halves: while its
+ * advice stands, a half is one page, resident whole once touched, clean free
+ * slices too.  A purge inside it splits it, and khugepaged would fault the
+ * rest back in to make it whole again, so a half either goes whole or leaves
+ * huge pages first (half_to_small, the bit in small_halves):
+ *  - a half with no page in use goes whole, once every free slice of it that
+ *    was used has aged (malloc_trim: at once);
+ *  - a half with pages in use stays whole while its owner is busy and no more
+ *    than half of it is aged free; past that, or once its heap is quiet or
+ *    trimmed and any of it is free, it asks for 4 KiB pages and decays as any
+ *    segment.
+ * Returns the slices to keep resident whatever their age. */
+static inline uint64_t half_slices(unsigned half) { return half ? ~0ull << (SLICES / 2) : (1ull << (SLICES / 2)) - 1; }
+static void half_to_small(segment_t *s, unsigned half);
+static uint64_t huge_halves(segment_t *s, enum purge_mode mode) {
   if (s->advice != ADVICE_ALL) return 0;
-  uint64_t low = (1ull << (SLICES / 2)) - 1, kept = 0;
-  if (s->used_slices & low) kept |= low;
-  if (s->used_slices & ~low) kept |= ~low;
+  uint64_t kept = 0, dirty_before = s->dirty_slices;
+  for (unsigned half = 0; half < 2; half++) {
+    uint64_t m = half_slices(half);
+    if (s->small_halves & (1u << half)) continue;
+    if (!(s->used_slices & m)) {
+      uint64_t dirty = s->dirty_slices & m;
+      if ((dirty & ~s->aged_slices) && mode != PURGE_FORCE) kept |= m;
+      else if (dirty) { s->dirty_slices |= m; s->aged_slices |= m; }
+      continue;
+    }
+    uint64_t free = (mode == PURGE_BUSY ? s->aged_slices & s->dirty_slices : ~s->used_slices) & m;
+    if (!free || (mode == PURGE_BUSY && __builtin_popcountll(free) <= SLICES / 4)) kept |= m;
+    else half_to_small(s, half);
+  }
+  if (s->dirty_slices != dirty_before) slices_index(s);   /* (its runs of resident slices grew) */
   return kept;
+}
+
+/* Half `half` of s (with pages in use) leaves its huge page for 4 KiB pages.
+ * Its clean free slices came in with it: they go at once, and on each page of
+ * a size class so does the part past the blocks carved so far (the owner
+ * carves under its lock, which the caller holds). */
+static void half_to_small(segment_t *s, unsigned half) {
+  uint8_t *lo = (uint8_t *)s + half * (SEG_SIZE / 2), *hi = lo + SEG_SIZE / 2;
+  uint64_t m = half_slices(half), clean = m & ~s->used_slices & ~s->dirty_slices;
+  hm_assert(heap_held(s->heap) && s->advice == ADVICE_ALL && (s->used_slices & m));
+  os_hugepage(lo, SEG_SIZE / 2, false);
+  s->small_halves |= (uint8_t)(1u << half);
+  s->dirty_slices |= clean;
+  s->aged_slices |= clean;
+  page_t *pg;
+  for_each_page(s, pg) {
+    if (pg->cls >= CLASSES) continue;
+    uint8_t *from = (uint8_t *)(((uintptr_t)pg->start + page_area(pg) + OS_PAGE - 1) & ~(uintptr_t)(OS_PAGE - 1));
+    uint8_t *to = page_run(pg) + (size_t)pg->slices * SLICE_SIZE;
+    if (from < lo) from = lo;
+    if (to > hi) to = hi;
+    if (from < to) os_purge(from, (size_t)(to - from));
+  }
 }
 
 /* A heap whose thread is busy (the check runs on its own slow path) keeps
@@ -283,9 +363,13 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
       segment_release_empty(h, s);
       continue;
     }
-    if (mode == PURGE_FORCE) slices_purge(s, ~0ull);
-    else if (s->purge_ms && now >= s->purge_ms) {
-      uint64_t purge = s->aged_slices & s->dirty_slices & ~huge_page_kept(s);
+    bool huge = s->advice == ADVICE_ALL && s->small_halves != 3;   /* a half still whole (a quiet heap's split now) */
+    if (mode == PURGE_FORCE) {
+      huge_halves(s, mode);
+      slices_purge(s, ~0ull);
+    } else if ((s->purge_ms && now >= s->purge_ms) || (mode == PURGE_IDLE && huge)) {
+      uint64_t kept = huge_halves(s, mode);
+      uint64_t purge = s->aged_slices & s->dirty_slices & ~kept;
       unsigned used = (unsigned)__builtin_popcountll(s->used_slices);
       if (mode == PURGE_BUSY && used < s->checked_used) purge = 0;   /* draining */
       s->checked_used = used;

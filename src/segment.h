@@ -8,13 +8,15 @@
 
 /* ---- segments ------------------------------------------------------------ */
 /* Where a mapping asked for transparent huge pages: a segment nowhere or all
- * over (HAKMEM_HUGEPAGES=2), a huge span also all but its first stretch (a
+ * over (segment_wants_huge), a huge span also all but its first stretch (a
  * probe of huge.c's thp_t). */
 enum { ADVICE_NONE, ADVICE_BUT_FIRST, ADVICE_ALL };
 typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   uint8_t advice;                /* ADVICE_*: where the mapping asked for transparent huge pages,
                                     kept when cached, as the mapping keeps the advice */
+  uint8_t small_halves;          /* bit h: 2 MiB half h of a segment in huge pages asks for 4 KiB
+                                    pages again, as its decay found it mostly free */
   bool huge_probe;               /* a huge block that started clean, its first stretch without
                                     the advice: its free measures how the program used it */
   /* (a line on: a segment's first line sits in the L1 set that every block at
@@ -170,6 +172,8 @@ void    huge_fork_prepare(void), huge_fork_parent(void);
 
 /* segcache.c: empty segments, shared by all threads */
 segment_t *segcache_take(bool *fresh);           /* cached, retired or new; *fresh: zero, unregistered */
+size_t  segcache_mapped(void);                  /* normal segments mapped now (in use, cached or retired) */
+#define SEG_HUGE_AFTER 16                        /* segments mapped before the next may ask for huge pages (segment.c) */
 void    segcache_put(segment_t *s);              /* an empty segment, on no list */
 void    segcache_tick(uint64_t now);             /* purge the caches' due entries, if any (two loads if none) */
 uint64_t segcache_decay(void);                   /* (purger) next deadline, 0 = none */

@@ -88,14 +88,19 @@ void slices_unindex(heap_t *h, segment_t *s) {
 
 /* ---- free runs ------------------------------------------------------------ */
 
-/* Purge the free slices in mask, coalescing runs into one madvise each. */
+/* Purge the free slices in mask, coalescing runs into one madvise each.  In
+ * a segment in huge pages, a run from slice 1 takes the header slice's tail
+ * with it: the huge page brought that in too (secure mode keeps its bitmaps
+ * there). */
 void slices_purge(segment_t *s, uint64_t mask) {
   uint64_t d = mask & s->dirty_slices & ~s->used_slices;
   if (d) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
+  size_t header = s->advice == ADVICE_ALL && !hm_secure ? (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1) : SLICE_SIZE;
   while (d) {
     unsigned i, n;
     d &= ~slice_first_run(d, &i, &n);
-    os_purge((uint8_t *)s + (size_t)i * SLICE_SIZE, (size_t)n * SLICE_SIZE);
+    size_t from = i == 1 ? header : (size_t)i * SLICE_SIZE;
+    os_purge((uint8_t *)s + from, (size_t)(i + n) * SLICE_SIZE - from);
   }
   s->dirty_slices &= ~mask;
   s->aged_slices &= ~mask;

@@ -1,7 +1,8 @@
 /* HAKMEM_HUGEPAGES=2: segments ask for transparent huge pages too, so the
  * mapping that holds small blocks is eligible for them (smaps' THPeligible);
- * at the default (1) only blocks with a mapping of their own may be, while
- * the program fills them, and a program of small blocks keeps 4 KiB pages. */
+ * at the default (1) blocks with a mapping of their own may be, while the
+ * program fills them, and segments once the process has mapped more than
+ * SEG_HUGE_AFTER: a small program keeps 4 KiB pages. */
 #include "test.h"
 #include "hakmem.h"
 #include "internal.h"
@@ -62,35 +63,86 @@ static size_t resident(const void *p, size_t n) {
 #define NB 180000                                  /* blocks of 64 B: about three segments */
 static char *nb[NB];
 
-/* Three segments full of 64-byte blocks; then every block of the second
- * one's slices 16-63 freed (the second holds nothing else: the heap's
- * earlier pages are in the first, which starts at a random slice, and the
- * class's current page, which stays, is in the third).  Once the decay has
- * passed, the second segment's upper 2 MiB (no page in use) is purged, and
- * the free slices of its lower 2 MiB (pages in use: slices 1-15) stay
- * resident, its huge page whole. */
-TEST(decay_purges_whole_huge_pages) {
-  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+/* Three segments full of 64-byte blocks (the second holds nothing else: the
+ * heap's earlier pages are in the first, which starts at a random slice, and
+ * the class's current page, which stays, is in the third): the second's
+ * address. */
+static uintptr_t fill_segments(void) {
   for (int i = 0; i < NB; i++) {
     nb[i] = hakmem_malloc(64);
     memset(nb[i], 1, 64);
   }
-  uintptr_t seg = (uintptr_t)nb[NB / 2] & ~(((uintptr_t)4 << 20) - 1);
+  return (uintptr_t)nb[NB / 2] & ~(((uintptr_t)4 << 20) - 1);
+}
+/* Free every block of segment seg from slice `from` on. */
+static void free_from_slice(uintptr_t seg, unsigned from) {
   for (int i = 0; i < NB; i++) {
     uintptr_t off = (uintptr_t)nb[i] - seg;
-    if (off < ((uintptr_t)4 << 20) && off >= (uintptr_t)16 << 16) { hakmem_free(nb[i]); nb[i] = NULL; }
+    if (off < ((uintptr_t)4 << 20) && off >= (uintptr_t)from * SLICE_SIZE) { hakmem_free(nb[i]); nb[i] = NULL; }
   }
-  const char *low_free = (const char *)seg + ((size_t)16 << 16), *high = (const char *)seg + ((size_t)2 << 20);
-  for (int i = 0; i < 10 && resident(high, (size_t)2 << 20) != 0; i++) {   /* the decay, as a slow path runs it */
+}
+/* The decay as the heap's slow path (busy) or the purger (quiet) runs it,
+ * until nothing of [p, p + n) is resident (or 3 s: the delay may have grown
+ * with the earlier tests' reuse). */
+static void decay_until_gone(enum purge_mode mode, const void *p, size_t n) {
+  for (int i = 0; i < 100 && resident(p, n) != 0; i++) {
     test_sleep_ms(30);
     heap_enter(hm_tls_heap);
-    segment_purge_due(hm_tls_heap, PURGE_BUSY, NULL);
+    segment_purge_due(hm_tls_heap, mode, NULL);
     heap_leave(hm_tls_heap);
   }
+}
+
+/* Every block of the second segment's slices 16-63 freed: once the decay has
+ * passed, its upper 2 MiB (no page in use) is purged, and the free slices of
+ * its lower 2 MiB (pages in use: slices 1-15, as many as are free) stay
+ * resident, its huge page whole. */
+TEST(decay_purges_whole_huge_pages) {
+  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+  uintptr_t seg = fill_segments();
+  free_from_slice(seg, 16);
+  const char *low_free = (const char *)seg + ((size_t)16 << 16), *high = (const char *)seg + ((size_t)2 << 20);
+  decay_until_gone(PURGE_BUSY, high, (size_t)2 << 20);
   size_t low_in = resident(low_free, (size_t)1 << 20), high_in = resident(high, (size_t)2 << 20);
   NOTE("after the decay: %zu of 256 free pages resident in the first half, %zu of 512 in the second", low_in, high_in);
   CHECKF(high_in == 0, "the second 2 MiB, no page in use, kept %zu pages resident", high_in);
   CHECKF(low_in == 256, "the first 2 MiB, pages in use, had its free slices purged (%zu of 256 resident)", low_in);
+  /* Then slices 8-15 freed too: the first half, mostly free, asks for 4 KiB
+   * pages and its free slices are purged; slices 1-7 stay. */
+  free_from_slice(seg, 8);
+  const char *mostly = (const char *)seg + ((size_t)8 << 16);
+  decay_until_gone(PURGE_BUSY, mostly, (size_t)24 << 16);
+  size_t freed_in = resident(mostly, (size_t)24 << 16), used_in = resident((const char *)seg + SLICE_SIZE, (size_t)7 << 16);
+  NOTE("slices 8-31 free: %zu of 384 pages resident; slices 1-7 in use: %zu of 112", freed_in, used_in);
+  CHECKF(freed_in == 0, "a half mostly free kept %zu of its 384 free pages resident", freed_in);
+  CHECKF(used_in == 112, "a half mostly free lost pages in use (%zu of 112 resident)", used_in);
+  CHECKF(thp_eligible(mostly) == 0, "a half mostly free still asks for huge pages (THPeligible %d)", thp_eligible(mostly));
+  for (int i = 0; i < NB; i++) hakmem_free(nb[i]);
+}
+
+/* A quiet heap keeps no free slice in a huge page: slices 24-63 of a full
+ * segment freed, the busy decay purges the upper half whole and keeps the
+ * lower one (a quarter of it free) whole; the decay of a quiet heap (the
+ * purger's trim, or the thread's exit) purges slices 24-31 too, and that half
+ * asks for 4 KiB pages. */
+TEST(quiet_heap_splits_huge_pages) {
+  if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
+  hakmem_malloc_trim(0);                       /* (the last test's pages, its blocks cached: gone) */
+  uintptr_t seg = fill_segments();
+  free_from_slice(seg, 24);
+  const char *low_free = (const char *)seg + ((size_t)24 << 16), *high = (const char *)seg + ((size_t)2 << 20);
+  decay_until_gone(PURGE_BUSY, high, (size_t)2 << 20);
+  size_t busy_in = resident(low_free, (size_t)8 << 16);
+  decay_until_gone(PURGE_IDLE, low_free, (size_t)8 << 16);
+  size_t quiet_in = resident(low_free, (size_t)8 << 16), used_in = resident((const char *)seg + SLICE_SIZE, (size_t)23 << 16);
+  NOTE("slices 24-31 free: %zu of 128 pages resident while busy, %zu once quiet; slices 1-23 in use: %zu of 368",
+       busy_in, quiet_in, used_in);
+  CHECKF(resident(high, (size_t)2 << 20) == 0, "the second 2 MiB, no page in use, stayed resident");
+  CHECKF(busy_in == 128, "a busy heap split a huge page a quarter free (%zu of 128 free pages resident)", busy_in);
+  CHECKF(quiet_in == 0, "a quiet heap kept %zu of 128 free pages resident", quiet_in);
+  CHECKF(used_in == 368, "a quiet heap lost pages in use (%zu of 368 resident)", used_in);
+  CHECKF(thp_eligible(low_free) == 0, "a quiet heap's half with free slices still asks for huge pages (THPeligible %d)",
+         thp_eligible(low_free));
   for (int i = 0; i < NB; i++) hakmem_free(nb[i]);
 }
 
@@ -156,23 +208,45 @@ TEST(huge_blocks_filled_get_huge_pages) {
   CHECKF(e == 0, "after blocks touched at both ends again, THPeligible %d", e);
 }
 
-/* The default, in a child exec'd with it (set, so that TEST_ENV keeps it). */
-static void exec_default(void) {
-  char *argv[] = {"test_hugepages", "--default-probe", NULL};
+/* The default, in a child exec'd with it (set, so that TEST_ENV keeps it),
+ * which fills the blocks it makes or leaves them untouched. */
+static void exec_default(const char *touch) {
+  char *argv[] = {"test_hugepages", "--default-probe", (char *)touch, NULL};
   char *env[] = {"HAKMEM_HUGEPAGES=1", NULL};
   execve("/proc/self/exe", argv, env);
-  _exit(2);
+  _exit(9);
 }
+static void exec_filled(void) { exec_default("filled"); }
+static void exec_untouched(void) { exec_default("untouched"); }
+
+/* Its exit status: 1 when the first segment is eligible; else, once the
+ * process has SEG_HUGE_AFTER segments (a block of more than half a segment
+ * in each), 3 + THPeligible of a block in the next one. */
 __attribute__((constructor)) static void default_probe(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "--default-probe")) return;
-  void *p = hakmem_malloc(64);
-  _exit(thp_eligible(p) == 0 ? 0 : 1);
+  if (argc < 3 || strcmp(argv[1], "--default-probe")) return;
+  bool fill = !strcmp(argv[2], "filled");
+  char *p = hakmem_malloc(64);
+  memset(p, 1, 64);
+  if (thp_eligible(p) != 0) _exit(1);
+  size_t n = SEG_SIZE / 2 + SLICE_SIZE;                /* a segment each */
+  for (int i = 0; i < SEG_HUGE_AFTER; i++) {
+    char *b = hakmem_malloc(n);
+    if (fill) memset(b, 1, n);
+  }
+  _exit(3 + thp_eligible(hakmem_malloc(n)));
 }
-TEST(default_keeps_small_pages_for_segments) {
+/* The child's verdict on the segment after SEG_HUGE_AFTER, against want. */
+static void check_default(void (*child)(void), int want, const char *touched) {
   if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
   char msg[256];
-  int st = run_in_child(exec_default, msg, sizeof msg);
-  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x: at HAKMEM_HUGEPAGES=1 a segment is eligible", st);
+  int st = run_in_child(child, msg, sizeof msg);
+  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 1, "status %#x: at HAKMEM_HUGEPAGES=1 a program's first segment is eligible", st);
+  int e = WIFEXITED(st) && WEXITSTATUS(st) >= 2 ? WEXITSTATUS(st) - 3 : -9;
+  if (e == -1) { SKIP("smaps has no THPeligible (kernel older than 5.x)"); return; }
+  CHECKF(e == want, "at HAKMEM_HUGEPAGES=1, the segment mapped after %d %s ones has THPeligible %d, not %d",
+         SEG_HUGE_AFTER, touched, e, want);
 }
+TEST(default_segments_filled_get_huge_pages) { check_default(exec_filled, 1, "filled"); }
+TEST(default_segments_untouched_keep_small_pages) { check_default(exec_untouched, 0, "untouched"); }
 
 TEST_MAIN()
