@@ -282,7 +282,6 @@ bool segment_large_resize(page_t *pg, size_t slices) {
  *    trimmed and any of it is free, it asks for 4 KiB pages and decays as any
  *    segment.
  * Returns the slices to keep resident whatever their age. */
-static inline uint64_t half_slices(unsigned half) { return half ? ~0ull << (SLICES / 2) : (1ull << (SLICES / 2)) - 1; }
 static void half_to_small(segment_t *s, unsigned half);
 static uint64_t huge_halves(segment_t *s, enum purge_mode mode) {
   if (s->advice != ADVICE_ALL) return 0;

@@ -11,6 +11,8 @@
  * over (segment_wants_huge), a huge span also all but its first stretch (a
  * probe of huge.c's thp_t). */
 enum { ADVICE_NONE, ADVICE_BUT_FIRST, ADVICE_ALL };
+/* The slices of a segment's 2 MiB half (0 or 1): one huge page under ADVICE_ALL. */
+static inline uint64_t half_slices(unsigned half) { return half ? ~0ull << (SLICES / 2) : (1ull << (SLICES / 2)) - 1; }
 typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   uint8_t advice;                /* ADVICE_*: where the mapping asked for transparent huge pages,

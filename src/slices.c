@@ -89,11 +89,21 @@ void slices_unindex(heap_t *h, segment_t *s) {
 /* ---- free runs ------------------------------------------------------------ */
 
 /* Purge the free slices in mask, coalescing runs into one madvise each.  In
- * a segment in huge pages, a run from slice 1 takes the header slice's tail
- * with it: the huge page brought that in too (secure mode keeps its bitmaps
- * there). */
+ * a segment in huge pages, a half that is still one page was resident whole:
+ * its clean free slices in mask go too, and if it keeps a page in use (or the
+ * header), it asks for 4 KiB pages first, or khugepaged would make it whole
+ * again (an empty cached segment's header, 2 MiB).  A run from slice 1 takes
+ * the header slice's tail with it (secure mode keeps its bitmaps there). */
 void slices_purge(segment_t *s, uint64_t mask) {
   uint64_t d = mask & s->dirty_slices & ~s->used_slices;
+  for (unsigned half = 0; s->advice == ADVICE_ALL && half < 2; half++) {
+    uint64_t m = half_slices(half);
+    if (!(d & m) || (s->small_halves & (1u << half))) continue;
+    d |= m & mask & ~s->used_slices;
+    if (!(s->used_slices & m)) continue;
+    os_hugepage((uint8_t *)s + half * (SEG_SIZE / 2), SEG_SIZE / 2, false);
+    s->small_halves |= (uint8_t)(1u << half);
+  }
   if (d) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
   size_t header = s->advice == ADVICE_ALL && !hm_secure ? (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1) : SLICE_SIZE;
   while (d) {
