@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* A huge block sits at offset off of its own mapping, the header at the
- * mapping's start: right after the header's pages (huge_header), at the
+ * mapping's start: right after the header's pages (SEG_HEADER_SIZE), at the
  * alignment asked for, so that under an address-space limit (ulimit -v
  * counts every page) a mapping costs its block and a few pages, as glibc's
  * do.  Otherwise the mapping has HUGE_ROOM bytes besides the block, and the
@@ -23,7 +23,6 @@
  * block exactly one chunk above the header (huge_offset), a case only the
  * slow paths (hm_lookup) need to know.  What is purged of a huge mapping is
  * all but its header. */
-static size_t huge_header(void) { return (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1); }
 #define HUGE_ROOM ((size_t)256 << 10)
 /* Freed huge blocks are kept for reuse (up to HUGE_CACHE_BYTES), their memory
  * resident for one purge delay, then purged; the oldest are unmapped first.
@@ -127,7 +126,7 @@ static segment_t *huge_cache_decay(uint64_t now, size_t budget) {
       s->next = drop;
       drop = s;
     } else if (s->purge_ms && now >= s->purge_ms) {
-      os_purge((uint8_t *)s + huge_header(), s->size - huge_header());
+      os_purge((uint8_t *)s + SEG_HEADER_SIZE, s->size - SEG_HEADER_SIZE);
       s->purge_ms = 0;
       s->purged_ms = now;
       if (now != UINT64_MAX) decay_purged(&huge_decay);
@@ -220,14 +219,14 @@ static void huge_merge(segment_t *a, segment_t *b) {
     a->advice = want == ADVICE_ALL ? ADVICE_ALL : ADVICE_NONE;
   }
   registry_remove(b);
-  if (!a->purge_ms && !b->purge_ms) os_purge(b, huge_header());
+  if (!a->purge_ms && !b->purge_ms) os_purge(b, SEG_HEADER_SIZE);
   a->size += b->size;
   if (!a->purge_ms || (b->purge_ms && b->purge_ms > a->purge_ms)) a->purge_ms = b->purge_ms;
 }
 
 page_t *huge_alloc(heap_t *h, size_t size, size_t align) {
   size_t a = align > OS_PAGE ? align : OS_PAGE;
-  size_t first = align >= SEG_SIZE ? SEG_SIZE : (huge_header() + a - 1) & ~(a - 1), room = first;
+  size_t first = align >= SEG_SIZE ? SEG_SIZE : (SEG_HEADER_SIZE + a - 1) & ~(a - 1), room = first;
   if (align < SEG_SIZE && first < HUGE_ROOM && !hm_secure && !os_space_limited()) room = HUGE_ROOM;
   size_t off = first + heap_rand(h) % ((room - first) / a + 1) * a;
   size_t usable = (size + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
@@ -317,7 +316,7 @@ void huge_free(segment_t *s) {
   superseded &= decay_at_base(&huge_decay);
   pthread_mutex_unlock(&huge_lock);
   if (superseded) {
-    os_purge((uint8_t *)s + huge_header(), s->size - huge_header());
+    os_purge((uint8_t *)s + SEG_HEADER_SIZE, s->size - SEG_HEADER_SIZE);
     s->purged_ms = now;
   }
   s->purge_ms = superseded ? 0 : decay_due(&huge_decay, now);

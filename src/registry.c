@@ -95,7 +95,7 @@ segment_t *registry_remap_huge(segment_t *s, size_t total, void *dst) {
 __attribute__((no_sanitize("thread")))
 void registry_census(census_t *c) {
   memset(c, 0, sizeof *c);
-  size_t header = (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+  size_t header = SEG_HEADER_SIZE;
   pthread_mutex_lock(&registry_lock);
   for (segment_t *s = registry; s; s = s->all_next) {
     uint8_t kind = segmap_kind(s);

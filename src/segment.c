@@ -311,8 +311,7 @@ static void half_to_small(segment_t *s, unsigned half) {
   uint8_t *lo = (uint8_t *)s + half * (SEG_SIZE / 2), *hi = lo + SEG_SIZE / 2;
   uint64_t m = half_slices(half), clean = m & ~s->used_slices & ~s->dirty_slices;
   hm_assert(heap_held(s->heap) && s->advice == ADVICE_ALL && (s->used_slices & m));
-  os_hugepage(lo, SEG_SIZE / 2, false);
-  s->small_halves |= (uint8_t)(1u << half);
+  slices_half_small(s, half);
   s->dirty_slices |= clean;
   s->aged_slices |= clean;
   page_t *pg;

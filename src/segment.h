@@ -56,6 +56,9 @@ typedef struct segment_s {
   page_t pages[SLICES];          /* page descriptors, lowest free one first: a segment of
                                     few pages touches one OS page of header (huge: pages[1]) */
 } segment_t;
+/* The OS pages the header takes at the start of a segment or huge mapping
+ * (a macro: OS_PAGE is declared after this header). */
+#define SEG_HEADER_SIZE ((sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1))
 
 _Static_assert(sizeof(segment_t) <= SLICE_SIZE, "segment header must fit in slice 0");
 
@@ -159,6 +162,7 @@ void    slices_init(segment_t *s, size_t size, bool fresh);   /* a header with e
 void    slices_index(segment_t *s);              /* s's used or dirty slices changed: rebin it */
 void    slices_unindex(heap_t *h, segment_t *s);
 void    slices_purge(segment_t *s, uint64_t mask);   /* the free slices in mask */
+void    slices_half_small(segment_t *s, unsigned half); /* half of a segment in huge pages asks for 4 KiB pages */
 void    slices_free(segment_t *s, page_t *pg);   /* a page's run back to s */
 
 /* huge.c: blocks on mappings of their own */

@@ -88,6 +88,13 @@ void slices_unindex(heap_t *h, segment_t *s) {
 
 /* ---- free runs ------------------------------------------------------------ */
 
+/* Half `half` of s, in huge pages, asks for 4 KiB pages from now on. */
+void slices_half_small(segment_t *s, unsigned half) {
+  hm_assert(s->advice == ADVICE_ALL && !(s->small_halves & (1u << half)));
+  os_hugepage((uint8_t *)s + half * (SEG_SIZE / 2), SEG_SIZE / 2, false);
+  s->small_halves |= (uint8_t)(1u << half);
+}
+
 /* Purge the free slices in mask, coalescing runs into one madvise each.  In
  * a segment in huge pages, a half that is still one page was resident whole:
  * its clean free slices in mask go too, and if it keeps a page in use (or the
@@ -100,12 +107,10 @@ void slices_purge(segment_t *s, uint64_t mask) {
     uint64_t m = half_slices(half);
     if (!(d & m) || (s->small_halves & (1u << half))) continue;
     d |= m & mask & ~s->used_slices;
-    if (!(s->used_slices & m)) continue;
-    os_hugepage((uint8_t *)s + half * (SEG_SIZE / 2), SEG_SIZE / 2, false);
-    s->small_halves |= (uint8_t)(1u << half);
+    if (s->used_slices & m) slices_half_small(s, half);
   }
   if (d) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
-  size_t header = s->advice == ADVICE_ALL && !hm_secure ? (sizeof(segment_t) + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1) : SLICE_SIZE;
+  size_t header = s->advice == ADVICE_ALL && !hm_secure ? SEG_HEADER_SIZE : SLICE_SIZE;
   while (d) {
     unsigned i, n;
     d &= ~slice_first_run(d, &i, &n);
