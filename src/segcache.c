@@ -54,7 +54,6 @@ static uint64_t taken_back_ms;               /* (cache_lock) when a retired one 
 static uint8_t *reserve;                     /* (cache_lock) the next unused segment */
 static size_t reserve_left;
 static size_t reserved;                      /* (cache_lock) segments mapped in batches */
-static _Atomic size_t mapped;                /* segments handed out from the reserve, not unmapped */
 
 /* A list that also knows its oldest (the segment caches and the retired
  * list: newest first, the oldest go first). */
@@ -102,7 +101,6 @@ segment_t *segcache_take(bool *fresh) {
       s = (segment_t *)reserve;
       reserve += SEG_SIZE;
       reserve_left--;
-      atomic_fetch_add_explicit(&mapped, 1, memory_order_relaxed);
       *fresh = true;
     }
   }
@@ -111,8 +109,6 @@ segment_t *segcache_take(bool *fresh) {
   hm_assert(((uintptr_t)s & SEG_MASK) == 0 && !segmap_kind(s));
   return s;
 }
-
-size_t segcache_mapped(void) { return atomic_load_explicit(&mapped, memory_order_relaxed); }
 
 /* (cache_lock held) Queue s for unmap_runs, newest first (segcache_take takes
  * the newest back; a sorted insert here held the lock for the walk), to go
@@ -170,7 +166,6 @@ static segment_t *sort_by_address(segment_t *s) {
 /* Unmap a list of segments, one munmap per run of adjacent ones. */
 static void unmap_runs(segment_t *s) {
   s = sort_by_address(s);
-  for (segment_t *t = s; t; t = t->next) atomic_fetch_sub_explicit(&mapped, 1, memory_order_relaxed);
   while (s) s = registry_unmap_run(s);
 }
 

@@ -25,38 +25,56 @@ static segment_t *fit_find(heap_t *h, int k, size_t n) {
 static void schedule_purge(heap_t *h, segment_t *s, uint64_t now);
 static segment_t *segment_reclaim_any(heap_t *h);
 
-/* Transparent huge pages for segments.  At HAKMEM_HUGEPAGES=1 a fresh
- * segment asks for them once the process has more than SEG_HUGE_AFTER
- * segments mapped and its heap is seen to fill the memory it takes: a fault
- * then brings 2 MiB at once, far cheaper per byte than 4 KiB faults.  A small
- * program keeps 4 KiB pages, and so does a thread that touches little of its
- * blocks (a whole 2 MiB page for a line written) or has no segment yet (a
- * thread that allocates a few blocks).  The measure: the share of the pages
- * in use of the heap's segments outside huge pages that are resident (up to
- * SEG_HUGE_PROBES segments, mincore); a heap with only segments in huge
- * pages to measure was dense when it took them, and stays so. */
+/* Transparent huge pages for segments, decided for each 2 MiB half when it
+ * is first touched: a fresh segment's lower half as its header is written,
+ * the upper one when a page or a large block first takes a slice of it
+ * (segment_touch).  At HAKMEM_HUGEPAGES=1 a half asks for them when its heap
+ * already has SEG_HUGE_MIN resident in 4 KiB pages and fills at least half
+ * of what its blocks take there: a fault then brings 2 MiB at once, far
+ * cheaper per byte than 4 KiB faults.  A small heap keeps 4 KiB pages (a
+ * thread that allocates a few blocks would hold 2 MiB), and so does a heap
+ * that touches little of its blocks (a whole 2 MiB page for a line written).
+ * The measure: mincore over the pages in use in the halves outside huge
+ * pages of up to SEG_HUGE_PROBES of the heap's segments, a large block's
+ * whole run and a size class's page as far as it is carved (page_extend
+ * carves a page as it is used: the rest comes in with its blocks); a heap
+ * with halves in huge pages was dense and big enough when it took them, and
+ * is taken to stay so while what it has in 4 KiB pages is dense. */
 #define SEG_HUGE_PROBES 4
-static bool segment_wants_huge(heap_t *h) {
+static bool heap_wants_huge(heap_t *h) {
   if (hm_options.hugepages != 1) return hm_options.hugepages >= 2;
-  if (segcache_mapped() <= SEG_HUGE_AFTER) return false;
   size_t pages = 0, resident = 0;
   bool advised = false;
   int probes = 0;
   for (segment_t *s = h->segments; s && probes < SEG_HUGE_PROBES; s = s->next) {
-    uint64_t runs = s->used_slices & ~1ull;             /* (not the header's slice) */
-    advised |= s->advice != ADVICE_NONE;
-    if (s->advice != ADVICE_NONE || !runs) continue;
+    uint64_t small = (s->small_halves & 1 ? half_slices(0) : 0) | (s->small_halves & 2 ? half_slices(1) : 0);
+    advised |= small != ~0ull;
+    if (!(s->used_slices & small & ~1ull)) continue;   /* (not the header's slice) */
     probes++;
-    while (runs) {
-      unsigned i, n;
-      size_t in;
-      runs &= ~slice_first_run(runs, &i, &n);
-      if (!os_resident((uint8_t *)s + i * SLICE_SIZE, n * SLICE_SIZE, &in)) continue;
-      pages += n * SLICE_SIZE / OS_PAGE;
+    page_t *pg;
+    for_each_page(s, pg) {
+      if (!(slice_run(pg->slice, pg->slices) & small)) continue;
+      size_t bytes = pg->cls < CLASSES ? (size_t)(pg->start - page_run(pg)) + page_area(pg)
+                                       : (size_t)pg->slices * SLICE_SIZE, in;
+      bytes = (bytes + OS_PAGE - 1) & ~(size_t)(OS_PAGE - 1);
+      if (!bytes || !os_resident(page_run(pg), bytes, &in)) continue;
+      pages += bytes / OS_PAGE;
       resident += in;
     }
   }
-  return pages ? resident * 2 >= pages : advised;
+  return resident * 2 >= pages && (advised || resident >= SEG_HUGE_MIN / OS_PAGE);
+}
+
+/* Slices mask of s are handed out: the first in its untouched upper half
+ * decides whether that half asks for huge pages. */
+static void segment_touch(heap_t *h, segment_t *s, uint64_t mask) {
+  if (!s->upper_untouched || !(mask & half_slices(1))) return;
+  hm_assert(s->small_halves & 2);
+  s->upper_untouched = false;
+  if (!heap_wants_huge(h)) return;
+  os_hugepage((uint8_t *)s + SEG_SIZE / 2, SEG_SIZE / 2, true);
+  s->advice = ADVICE_ALL;
+  s->small_halves &= 1;
 }
 
 /* A segment from the cache (segcache.c) joins h. */
@@ -67,10 +85,11 @@ static segment_t *segment_new(heap_t *h) {
   if (!s) return NULL;
   uint64_t dirty = 0, guards = 0;
   if (fresh) {
-    bool huge = segment_wants_huge(h);
-    if (huge) os_hugepage(s, SEG_SIZE, true); /* (before the header's first write faults in its page) */
+    bool huge = heap_wants_huge(h);
+    if (huge) os_hugepage(s, SEG_SIZE / 2, true);   /* (before the header's first write faults in its page) */
     s->advice = huge ? ADVICE_ALL : ADVICE_NONE;
-    s->small_halves = 0;
+    s->small_halves = huge ? 2 : 3;
+    s->upper_untouched = true;
     stat_inc(STAT_SEGMENTS);
   } else {
     dirty = s->dirty_slices;          /* resident: not zero, and to be purged if unused */
@@ -176,6 +195,7 @@ page_t *segment_page_alloc(heap_t *h, size_t n, uint8_t cls, bool tight) {
   }
   uint64_t mask = slice_run(i, n);
   hm_assert(s->heap == h && i > 0 && (size_t)i + n <= SLICES && !(s->used_slices & mask));
+  segment_touch(h, s, mask);
   int d = __builtin_ctzll(~s->pages_map);     /* (at most 63 pages: one is free) */
   page_t *pg = &s->pages[d];
   memset(pg, 0, sizeof *pg);
@@ -252,6 +272,7 @@ bool segment_large_resize(page_t *pg, size_t slices) {
     if (i + slices > SLICES) return false;
     uint64_t more = slice_run(i + n, slices - n);
     if (s->used_slices & more) return false;
+    segment_touch(s->heap, s, more);
     for (size_t k = n; k < slices; k++) s->slice_page[i + k] = pg;
     s->purged_slices &= ~more;
     s->used_slices |= more;
@@ -343,7 +364,8 @@ static unsigned busy_keep(heap_t *h) {
 /* Decay in two epochs: at each check, purge the slices that were already free
  * at the previous check (free for at least one delay), and age the rest.
  * A busy heap also waits, one more check, before purging the aged slices of
- * a segment that has fewer slices in use than at the last check: a program
+ * a segment that has fewer slices in use than at the last check (or taking
+ * its halves out of huge pages, huge_halves): a program
  * freeing a big structure empties pages in random order, and the free runs
  * between live ones would go one madvise each, just before the whole
  * segment empties and goes in one (python3 freeing a dict of 100k records:
@@ -366,11 +388,10 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
       huge_halves(s, mode);
       slices_purge(s, ~0ull);
     } else if ((s->purge_ms && now >= s->purge_ms) || (mode == PURGE_IDLE && huge)) {
-      uint64_t kept = huge_halves(s, mode);
-      uint64_t purge = s->aged_slices & s->dirty_slices & ~kept;
       unsigned used = (unsigned)__builtin_popcountll(s->used_slices);
-      if (mode == PURGE_BUSY && used < s->checked_used) purge = 0;   /* draining */
+      bool draining = mode == PURGE_BUSY && used < s->checked_used;
       s->checked_used = used;
+      uint64_t purge = draining ? 0 : s->aged_slices & s->dirty_slices & ~huge_halves(s, mode);
       for (uint64_t runs = purge; runs && keep;) {   /* whole runs stay aged, while the budget lasts */
         unsigned i, n;
         uint64_t run = slice_first_run(runs, &i, &n);

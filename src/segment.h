@@ -7,9 +7,10 @@
 #define HAKMEM_SEGMENT_H
 
 /* ---- segments ------------------------------------------------------------ */
-/* Where a mapping asked for transparent huge pages: a segment nowhere or all
- * over (segment_wants_huge), a huge span also all but its first stretch (a
- * probe of huge.c's thp_t). */
+/* Where a mapping asked for transparent huge pages: nowhere or all over (a
+ * normal segment: ALL once either half asked, small_halves saying which are
+ * in 4 KiB pages; segment.c's heap_wants_huge), a huge span also all but its
+ * first stretch (a probe of huge.c's thp_t). */
 enum { ADVICE_NONE, ADVICE_BUT_FIRST, ADVICE_ALL };
 /* The slices of a segment's 2 MiB half (0 or 1): one huge page under ADVICE_ALL. */
 static inline uint64_t half_slices(unsigned half) { return half ? ~0ull << (SLICES / 2) : (1ull << (SLICES / 2)) - 1; }
@@ -17,10 +18,13 @@ typedef struct segment_s {
   struct segment_s *all_next, *all_prev; /* registry of every mapped segment (census) */
   uint8_t advice;                /* ADVICE_*: where the mapping asked for transparent huge pages,
                                     kept when cached, as the mapping keeps the advice */
-  uint8_t small_halves;          /* bit h: 2 MiB half h of a segment in huge pages asks for 4 KiB
-                                    pages again, as its decay found it mostly free */
+  uint8_t small_halves;          /* bit h: 2 MiB half h of a normal segment is in 4 KiB pages: it
+                                    never asked for huge pages, or asks for 4 KiB pages again,
+                                    as its decay found it mostly free */
   bool huge_probe;               /* a huge block that started clean, its first stretch without
                                     the advice: its free measures how the program used it */
+  bool upper_untouched;          /* the upper half of a fresh mapping, never touched: whether it
+                                    asks for huge pages waits for its first slice handed out */
   /* (a line on: a segment's first line sits in the L1 set that every block at
    * a 4 KiB multiple from its slice falls in, all of a 4 KiB class's for one,
    * and free's lookup here would lose it to them) */
@@ -178,8 +182,6 @@ void    huge_fork_prepare(void), huge_fork_parent(void);
 
 /* segcache.c: empty segments, shared by all threads */
 segment_t *segcache_take(bool *fresh);           /* cached, retired or new; *fresh: zero, unregistered */
-size_t  segcache_mapped(void);                  /* normal segments mapped now (in use, cached or retired) */
-#define SEG_HUGE_AFTER 16                        /* segments mapped before the next may ask for huge pages (segment.c) */
 void    segcache_put(segment_t *s);              /* an empty segment, on no list */
 void    segcache_tick(uint64_t now);             /* purge the caches' due entries, if any (two loads if none) */
 uint64_t segcache_decay(void);                   /* (purger) next deadline, 0 = none */
@@ -195,6 +197,8 @@ uint64_t abandon_tidy(bool force, size_t *left); /* next deadline, 0 = none */
 void    abandon_fork_prepare(void), abandon_fork_parent(void);
 
 /* segment.c: a heap's segments */
+#define SEG_HUGE_MIN (1u << 20)     /* resident in 4 KiB pages a heap has before a half of its segments
+                                       first touched asks for huge pages (HAKMEM_HUGEPAGES=1) */
 page_t *segment_page_alloc(heap_t *h, size_t slices, uint8_t cls, bool tight);
 void    segment_page_free(page_t *pg);
 bool    segment_large_resize(page_t *pg, size_t slices);

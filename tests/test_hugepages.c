@@ -1,8 +1,8 @@
 /* HAKMEM_HUGEPAGES=2: segments ask for transparent huge pages too, so the
  * mapping that holds small blocks is eligible for them (smaps' THPeligible);
  * at the default (1) blocks with a mapping of their own may be, while the
- * program fills them, and segments once the process has mapped more than
- * SEG_HUGE_AFTER: a small program keeps 4 KiB pages. */
+ * program fills them, and a segment's half once its heap holds SEG_HUGE_MIN
+ * in 4 KiB pages and fills them: a small heap keeps 4 KiB pages. */
 #include "test.h"
 #include "hakmem.h"
 #include "internal.h"
@@ -219,34 +219,61 @@ static void exec_default(const char *touch) {
 static void exec_filled(void) { exec_default("filled"); }
 static void exec_untouched(void) { exec_default("untouched"); }
 
-/* Its exit status: 1 when the first segment is eligible; else, once the
- * process has SEG_HUGE_AFTER segments (a block of more than half a segment
- * in each), 3 + THPeligible of a block in the next one. */
+/* Its exit status (a failure's bits): PROBE_FIRST when the program's first
+ * block is eligible (a small heap); PROBE_UPPER when the upper half of the
+ * first segment disagrees with the rule; PROBE_NEXT when a fresh segment's
+ * block after SEG_HUGE_MIN or more of them, in 4 KiB pages, disagrees with
+ * want (filled: eligible; untouched: not); PROBE_UNKNOWN when smaps does not
+ * say.
+ * The first segment's size-class pages go from its random origin up: its
+ * upper half is first touched when the heap has 32 - origin pages of
+ * 64-byte blocks, filled, and asks then if that is SEG_HUGE_MIN or more (at
+ * 16 pages of 64 KiB; the two origins beside that line are not checked: the
+ * class's cached blocks may move it). */
+enum { PROBE_FIRST = 1, PROBE_UPPER = 2, PROBE_NEXT = 4, PROBE_UNKNOWN = 8 };
 __attribute__((constructor)) static void default_probe(int argc, char **argv) {
   if (argc < 3 || strcmp(argv[1], "--default-probe")) return;
   bool fill = !strcmp(argv[2], "filled");
+  int bad = 0;
   char *p = hakmem_malloc(64);
   memset(p, 1, 64);
-  if (thp_eligible(p) != 0) _exit(1);
-  size_t n = SEG_SIZE / 2 + SLICE_SIZE;                /* a segment each */
-  for (int i = 0; i < SEG_HUGE_AFTER; i++) {
+  if (thp_eligible(p) < 0) _exit(PROBE_UNKNOWN);
+  if (thp_eligible(p) != 0) bad |= PROBE_FIRST;
+  uintptr_t first = (uintptr_t)p & ~(uintptr_t)SEG_MASK;
+  int below = 32 - ((segment_t *)first)->origin, pages = SEG_HUGE_MIN / SLICE_SIZE;   /* (pages before the upper half) */
+  if (fill) {
+    char *upper = NULL;
+    for (int i = 0; i < NB && !upper; i++) {     /* (kept: the first segment stays full) */
+      char *b = hakmem_malloc(64);
+      memset(b, 1, 64);
+      if ((uintptr_t)b - first >= SEG_SIZE / 2 && (uintptr_t)b - first < SEG_SIZE) upper = b;
+    }
+    if (upper && (below > pages || below < pages - 1) && thp_eligible(upper) != (below >= pages)) bad |= PROBE_UPPER;
+  }
+  size_t n = SEG_SIZE / 2 + SLICE_SIZE, had = 0;    /* (a segment each) */
+  while (had < SEG_HUGE_MIN) {
     char *b = hakmem_malloc(n);
     if (fill) memset(b, 1, n);
+    had += n;
   }
-  _exit(3 + thp_eligible(hakmem_malloc(n)));
+  if (thp_eligible(hakmem_malloc(n)) != fill) bad |= PROBE_NEXT;
+  _exit(bad);
 }
-/* The child's verdict on the segment after SEG_HUGE_AFTER, against want. */
-static void check_default(void (*child)(void), int want, const char *touched) {
+/* The child's verdict, for segments filled or left untouched. */
+static void check_default(void (*child)(void), const char *touched) {
   if (!thp_possible()) { SKIP("transparent huge pages are off here"); return; }
   char msg[256];
   int st = run_in_child(child, msg, sizeof msg);
-  CHECKF(WIFEXITED(st) && WEXITSTATUS(st) != 1, "status %#x: at HAKMEM_HUGEPAGES=1 a program's first segment is eligible", st);
-  int e = WIFEXITED(st) && WEXITSTATUS(st) >= 2 ? WEXITSTATUS(st) - 3 : -9;
-  if (e == -1) { SKIP("smaps has no THPeligible (kernel older than 5.x)"); return; }
-  CHECKF(e == want, "at HAKMEM_HUGEPAGES=1, the segment mapped after %d %s ones has THPeligible %d, not %d",
-         SEG_HUGE_AFTER, touched, e, want);
+  CHECKF(WIFEXITED(st), "status %#x: the probe did not exit", st);
+  int bad = WIFEXITED(st) ? WEXITSTATUS(st) : 0;
+  if (bad == PROBE_UNKNOWN) { SKIP("smaps has no THPeligible (kernel older than 5.x)"); return; }
+  CHECKF(!(bad & PROBE_FIRST), "at HAKMEM_HUGEPAGES=1 a program's first block is eligible for huge pages");
+  CHECKF(!(bad & PROBE_UPPER), "at HAKMEM_HUGEPAGES=1 the upper half of the first segment, %s, disagrees with "
+         "the heap's size when it was first touched", touched);
+  CHECKF(!(bad & PROBE_NEXT), "at HAKMEM_HUGEPAGES=1 a fresh segment after %u KiB of %s blocks is %s for huge pages",
+         SEG_HUGE_MIN >> 10, touched, strcmp(touched, "filled") ? "eligible" : "not eligible");
 }
-TEST(default_segments_filled_get_huge_pages) { check_default(exec_filled, 1, "filled"); }
-TEST(default_segments_untouched_keep_small_pages) { check_default(exec_untouched, 0, "untouched"); }
+TEST(default_segments_filled_get_huge_pages) { check_default(exec_filled, "filled"); }
+TEST(default_segments_untouched_keep_small_pages) { check_default(exec_untouched, "untouched"); }
 
 TEST_MAIN()
