@@ -286,8 +286,9 @@ void heap_page_retire(heap_t *h, page_t *pg) {
  * purge.
  * So a class that refills (carves a page, or takes a spare, after one of its
  * pages emptied) SPARE_AFTER times in a purge delay keeps its emptied pages
- * of up to KEEP_SLICES: CLASS_SPARES of them, one of one-slice pages (which
- * any class's next page reuses as they are), SPARE_SLICES in all.  A class
+ * of up to KEEP_SLICES: CLASS_SPARES of them, SPARE_SLICES in all (a page
+ * carved again costs a pass over its memory, which a spare's list saves).
+ * A class
  * that empties pages without refilling them (a thread freeing what it built)
  * keeps none, nor do longer pages (buffers growing through the big classes
  * run slower and peak higher with them): those slices serve other classes
@@ -337,12 +338,12 @@ static void spares_check(heap_t *h, uint64_t now) {
   h->spare_check_ms = again ? decay_due(&h->decay, now) : 0;
 }
 
-/* Has q room for another spare pg? */
-static bool class_spare_room(const pageq_t *q, const page_t *pg) {
-  unsigned n = 0, room = pg->slices == 1 ? 1 : CLASS_SPARES;
-  hm_assert(q->first && q->first != pg);
+/* Has q room for another spare? */
+static bool class_spare_room(const pageq_t *q) {
+  unsigned n = 0;
+  hm_assert(q->first);
   for (const page_t *s = q->first->next; s && s->spare; s = s->next) n++;
-  return n < room;
+  return n < CLASS_SPARES;
 }
 
 void heap_page_retire_locked(heap_t *h, page_t *pg) {
@@ -356,7 +357,7 @@ void heap_page_retire_locked(heap_t *h, page_t *pg) {
     pageq_t *q = &h->queue[pg->cls];
     if (q->first == pg) return;
     if (h->refills[pg->cls] >= SPARE_AFTER && h->spare_slices + pg->slices <= SPARE_SLICES &&
-        class_spare_room(q, pg)) {
+        class_spare_room(q)) {
       if (q->first->next != pg) {
         pageq_remove(q, pg);
         pageq_insert_after(q, q->first, pg);

@@ -6,8 +6,8 @@
  *  - a refilling class takes its emptied pages back instead of carving new
  *    ones, and the spares not taken back go to their segments;
  *  - a class that empties pages without refilling them keeps none;
- *  - of one-slice pages (blocks up to 8 KiB, which any class's next page can
- *    reuse) a class keeps one;
+ *  - one-slice pages (blocks up to 8 KiB) are kept as longer ones are, up to
+ *    CLASS_SPARES (8) a class;
  *  - two threads swapping 16-64 KiB blocks (their pages emptied by the
  *    other's frees, and refilled: thousands of spares kept and taken back)
  *    while a third calls malloc_trim, which takes the spares of the heaps it
@@ -109,8 +109,8 @@ TEST(class_freeing_what_it_built_keeps_none) {
          base, full, N, after);
 }
 
-TEST(one_slice_pages_keep_one_spare) {
-  enum { SIZE = 2048, PER = 32, N = 6 * PER };  /* one-slice pages of 32 */
+TEST(one_slice_pages_keep_up_to_8_spares) {
+  enum { SIZE = 2048, PER = 32, EMPTIED = 10, N = (EMPTIED + 1) * PER, KEPT = 8 };   /* one-slice pages of 32 */
   static void *p[N];
   churn(SIZE, PER, 20);
   hakmem_malloc_trim(0);                        /* (the churn's spare: gone) */
@@ -121,8 +121,7 @@ TEST(one_slice_pages_keep_one_spare) {
   for (int i = 0; i < N - PER; i++) hakmem_free(p[i]);
   size_t after = class_pages(SIZE);
   NOTE("pages of 2 KiB blocks: %zu, %zu with %d blocks, %zu with the last page's", base, full, N, after);
-  CHECKF(after == full - (N / PER - 1) + 1, "%zu pages of 2 KiB blocks after emptying %d of %zu", after,
-         N / PER - 1, full);
+  CHECKF(after == full - (EMPTIED - KEPT), "%zu pages of 2 KiB blocks after emptying %d of %zu", after, EMPTIED, full);
   for (int i = N - PER; i < N; i++) hakmem_free(p[i]);
 }
 
