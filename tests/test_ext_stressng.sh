@@ -49,7 +49,11 @@ for mode in "${EXT_MODES[@]}"; do
     elif [ -z "$ops" ] || [ "$ops" -eq 0 ]; then why="did no bogo operation"
     else why=""; fi
     if [ -z "$why" ]; then ok=$((ok + 1)); echo "ok - stress-ng:$s [$mode] ($ops bogo ops)"
-    else nok=$((nok + 1)); echo "not ok - stress-ng:$s [$mode]: $why"; fi
+    else
+      nok=$((nok + 1)); echo "not ok - stress-ng:$s [$mode]: $why"
+      # (what stress-ng said of it, and of stressors it had to kill or could not reap)
+      grep -E " $s([: ]|$)|signal|reap|kill|terminat" "$out" | head -8 | sed 's/^/    # /'
+    fi
   done
   report=$(grep -m1 '^hakmem:' "$out")
   known=false
