@@ -288,14 +288,13 @@ void heap_page_retire(heap_t *h, page_t *pg) {
  * pages emptied) SPARE_AFTER times in a purge delay keeps its emptied pages
  * of up to KEEP_SLICES: CLASS_SPARES of them, SPARE_SLICES in all (a page
  * carved again costs a pass over its memory, which a spare's list saves).
- * A class
- * that empties pages without refilling them (a thread freeing what it built)
- * keeps none, nor do longer pages (buffers growing through the big classes
- * run slower and peak higher with them): those slices serve other classes
- * and big blocks.  A
- * spare still unused at the second check after it was kept (the checks are a
- * purge delay apart) goes back to its segment; the purger takes those of a
- * heap gone quiet at once, as malloc_trim and thread exit do. */
+ * A class that empties pages without refilling them (a thread freeing what
+ * it built) keeps none, nor do longer pages (buffers growing through the big
+ * classes run slower and peak higher with them): those slices serve other
+ * classes and big blocks.  A spare still unused at the second check after it
+ * was kept (the checks are a purge delay apart) goes back to its segment;
+ * the purger takes those of a heap gone quiet at once, as malloc_trim and
+ * thread exit do. */
 
 static void spare_drop(heap_t *h, page_t *pg) {
   if (pg->spare) {

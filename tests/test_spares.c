@@ -113,7 +113,7 @@ TEST(one_slice_pages_keep_up_to_8_spares) {
   enum { SIZE = 2048, PER = 32, EMPTIED = 10, N = (EMPTIED + 1) * PER, KEPT = 8 };   /* one-slice pages of 32 */
   static void *p[N];
   churn(SIZE, PER, 20);
-  hakmem_malloc_trim(0);                        /* (the churn's spare: gone) */
+  hakmem_malloc_trim(0);                        /* (the churn's spares: gone) */
   size_t base = class_pages(SIZE);
   churn(SIZE, PER, 20);
   for (int i = 0; i < N; i++) { p[i] = hakmem_malloc(SIZE); CHECK(p[i] != NULL); }
