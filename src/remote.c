@@ -275,20 +275,55 @@ static void collect_one(heap_t *h, block_t *b) {
     hm_free_block(b, true, 0);                  /* a cached class, a parked page, a double free... */
 }
 
+#define COLLECT_AHEAD 16                    /* blocks whose lines are fetched ahead */
+
+/* Push end[-1], end[-2]... while they lie in the slice of the first, a
+ * slice of pg (h's page, whose blocks go onto its own list), each tested as
+ * free's fast path tests it, with the page's fields in registers and one
+ * store of the list's head and one of its count for the run.  The first
+ * block of another slice, or that fails the test (collect_one's then),
+ * ends the run; returns where.  A run that gives the page its last block
+ * retires it.  (Not inlined: the caller's loop keeps its own registers.) */
+static __attribute__((noinline)) block_t **collect_run(heap_t *h, page_t *pg, block_t **first, block_t **end) {
+  list_t *l = &pg->list;
+  const uintptr_t slice = (uintptr_t)end[-1] & ~(SLICE_SIZE - 1), start = (uintptr_t)pg->start;
+  const uint64_t magic = pg->magic, limit = racy_word(&pg->limit);
+  const uintptr_t mark = pg->key, key = l->key;
+  uintptr_t head = list_head(l);
+  uint32_t n = 0;
+  for (; end > first; end--, n++) {
+    block_t *b = end[-1];
+    if (((uintptr_t)b & ~(SLICE_SIZE - 1)) != slice || ((uintptr_t)b - start) * magic >= limit || b[0].word == mark)
+      break;
+    if (end - first > COLLECT_AHEAD) __builtin_prefetch(end[-1 - COLLECT_AHEAD], 1);
+    b[0].word = mark;
+    b[1].word = link_enc(key, b, head);
+    head = (uintptr_t)b;
+  }
+  if (n) {
+    uint32_t used = list_count(l);
+    hm_assert(n <= used);                       /* (each block was in use, tested) */
+    list_set_head(l, head);
+    count_store(&l->used, used - n);            /* (after the head, as hm_list_push) */
+    if (used == n) heap_page_retire(h, pg);
+  }
+  return end;
+}
+
 /* Free the blocks of buffer o, each as collect_one would, but the page and
  * push target of a slice looked up once for the blocks of that slice that
- * follow each other in o (a producer's blocks come in such runs), and its
- * owner tested once: only this thread changes a page of its own, and it
- * starts a new lookup after anything but a push onto a page.  A slice whose
- * page is not h's has hm_page_invalid for its page, whose block-start test
- * no block passes: its blocks go one by one.  The blocks go last first, as
- * the inbox's buffers go newest first, so that malloc pops them in the order
+ * follow each other in o, and its owner tested once: only this thread
+ * changes a page of its own, and it starts a new lookup after anything but a
+ * push onto a page.  A run of blocks for a page's own list (a producer's
+ * blocks come in such runs) goes in one collect_run.  A slice whose page is
+ * not h's has hm_page_invalid for its page, whose block-start test no block
+ * passes: its blocks go one by one.  The blocks go last first, as the
+ * inbox's buffers go newest first, so that malloc pops them in the order
  * they were freed: blocks freed in the order they were made come back in
  * address order, whose misses the processor's prefetcher hides.  Each
  * block's line is fetched COLLECT_AHEAD blocks ahead of its turn (all of a
  * buffer's at once, the prefetches wait for the processor's miss buffers);
  * the buffer's own lines were fetched before (rb_fetch). */
-#define COLLECT_AHEAD 16
 static void collect_buffer(heap_t *h, rbuf_t *o) {
   block_t **first = (block_t **)o->block, **at = first + o->n;
   for (block_t **p = at; p-- > first && at - p <= COLLECT_AHEAD;) __builtin_prefetch(*p, 1);
@@ -304,7 +339,16 @@ static void collect_buffer(heap_t *h, rbuf_t *o) {
       slice = (uintptr_t)b & ~(SLICE_SIZE - 1);
       pg = s->slice_page[k];
       to = slice_push_of(s, k);
-      if (atomic_load_explicit(&pg->local, memory_order_relaxed) != (uintptr_t)h) pg = &hm_page_invalid;
+      if (atomic_load_explicit(&pg->local, memory_order_relaxed) != (uintptr_t)h) {
+        pg = &hm_page_invalid;
+      } else if (to == &pg->list && at > first && ((uintptr_t)at[-1] & ~(SLICE_SIZE - 1)) == slice) {
+        block_t **end = collect_run(h, pg, first, at + 1);
+        if (end != at + 1) {                    /* (else b failed the test: below) */
+          at = end;
+          slice = 1;                            /* (the run may have retired the page) */
+          continue;
+        }
+      }
     }
     if (likely(hm_freeable(pg, b, (uintptr_t)b - (uintptr_t)pg->start))) {
       if (unlikely(hm_list_push(to, pg, b))) hm_owner_push_ended(h, to, pg);   /* (an emptied page, a full cache) */
