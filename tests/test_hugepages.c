@@ -231,10 +231,13 @@ static void exec_untouched(void) { exec_default("untouched"); }
  * eligible; untouched: not); PROBE_UNKNOWN when smaps does not say,
  * PROBE_EXEC when the child could not be exec'd.
  * The first segment's size-class pages go from its random origin up: its
- * upper half is first touched when the heap has 32 - origin pages of
- * 64-byte blocks, filled, and asks then if that is SEG_HUGE_MIN or more (at
- * 16 pages of 64 KiB; the two origins beside that line are not checked: the
- * class's cached blocks may move it). */
+ * upper half is first touched when the heap has filled the lower half's
+ * pages of 64-byte blocks, and asks then if those are SEG_HUGE_MIN or more
+ * (16 slices of 64 KiB).  What they hold is counted, not taken from the
+ * origin: other classes' pages (thp_eligible reads smaps through stdio,
+ * whose buffers are hakmem's) may take slices among them.  The two
+ * counts beside that line are not checked: those pages' few resident bytes
+ * may move it. */
 __attribute__((constructor)) static void default_probe(int argc, char **argv) {
   if (argc < 3 || strcmp(argv[1], "--default-probe")) return;
   bool fill = !strcmp(argv[2], "filled");
@@ -245,14 +248,17 @@ __attribute__((constructor)) static void default_probe(int argc, char **argv) {
   if (e < 0) _exit(PROBE_UNKNOWN);
   if (e != 0) bad |= PROBE_FIRST;
   uintptr_t first = (uintptr_t)p & ~(uintptr_t)SEG_MASK;
-  int below = 32 - ((segment_t *)first)->origin, pages = SEG_HUGE_MIN / SLICE_SIZE;   /* (pages before the upper half) */
+  const int pages = SEG_HUGE_MIN / SLICE_SIZE;
   if (fill) {
     char *upper = NULL;
+    size_t made = 1;                             /* blocks before the upper half's first */
     for (int i = 0; i < NB && !upper; i++) {     /* (kept: the first segment stays full) */
       char *b = hakmem_malloc(64);
       memset(b, 1, 64);
       if ((uintptr_t)b - first >= SEG_SIZE / 2 && (uintptr_t)b - first < SEG_SIZE) upper = b;
+      else made++;
     }
+    int below = (int)(made * 64 / SLICE_SIZE);   /* (slices of them) */
     if (!upper || (below <= pages && below >= pages - 1)) bad |= PROBE_UPPER_UNCHECKED;
     else if (thp_eligible(upper) != (below >= pages)) bad |= PROBE_UPPER;
   }
