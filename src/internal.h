@@ -348,9 +348,12 @@ static inline void page_set_key(page_t *pg, uint64_t mark, uint64_t link) {
   pg->link_check = list_check_bits(pg->slices == 1 ? SLICE_SIZE : SEG_SIZE, pg->block_size & -pg->block_size);
 }
 
-/* Is p, at offset off from pg's start, a carved block's start (page_set_area)? */
+/* Is offset off a carved block's start, for a page of this magic and limit
+ * (page_set_area)?  (collect_run tests a run's blocks with them in registers.) */
+static inline bool block_start_in(uintptr_t off, uint64_t magic, uint64_t limit) { return off * magic < limit; }
+/* Is p, at offset off from pg's start, a carved block's start? */
 static inline bool hm_block_start(const page_t *pg, uintptr_t off) {
-  return off * pg->magic < racy_word(&pg->limit);
+  return block_start_in(off, pg->magic, racy_word(&pg->limit));
 }
 /* Does block b (of pg, not known to be live) look free: is its first word
  * the page's key?  The key is random with its top bit set, so a live block

@@ -286,15 +286,14 @@ static void collect_one(heap_t *h, block_t *b) {
  * retires it.  (Not inlined: the caller's loop keeps its own registers.) */
 static __attribute__((noinline)) block_t **collect_run(heap_t *h, page_t *pg, block_t **first, block_t **end) {
   list_t *l = &pg->list;
-  const uintptr_t slice = (uintptr_t)end[-1] & ~(SLICE_SIZE - 1), start = (uintptr_t)pg->start;
+  const uintptr_t slice = slice_of(end[-1]), start = (uintptr_t)pg->start;
   const uint64_t magic = pg->magic, limit = racy_word(&pg->limit);
   const uintptr_t mark = pg->key, key = l->key;
   uintptr_t head = list_head(l);
   uint32_t n = 0;
   for (; end > first; end--, n++) {
     block_t *b = end[-1];
-    if (((uintptr_t)b & ~(SLICE_SIZE - 1)) != slice || ((uintptr_t)b - start) * magic >= limit || b[0].word == mark)
-      break;
+    if (slice_of(b) != slice || !block_start_in((uintptr_t)b - start, magic, limit) || b[0].word == mark) break;
     if (end - first > COLLECT_AHEAD) __builtin_prefetch(end[-1 - COLLECT_AHEAD], 1);
     b[0].word = mark;
     b[1].word = link_enc(key, b, head);
@@ -333,15 +332,15 @@ static void collect_buffer(heap_t *h, rbuf_t *o) {
   while (at-- > first) {
     block_t *b = *at;
     if (at - first >= COLLECT_AHEAD) __builtin_prefetch(at[-COLLECT_AHEAD], 1);
-    if (((uintptr_t)b & ~(SLICE_SIZE - 1)) != slice) {
+    if (slice_of(b) != slice) {
       segment_t *s = segment_of(b);
       size_t k = ((uintptr_t)b & SEG_MASK) >> SLICE_SHIFT;
-      slice = (uintptr_t)b & ~(SLICE_SIZE - 1);
+      slice = slice_of(b);
       pg = s->slice_page[k];
       to = slice_push_of(s, k);
       if (atomic_load_explicit(&pg->local, memory_order_relaxed) != (uintptr_t)h) {
         pg = &hm_page_invalid;
-      } else if (to == &pg->list && at > first && ((uintptr_t)at[-1] & ~(SLICE_SIZE - 1)) == slice) {
+      } else if (to == &pg->list && at > first && slice_of(at[-1]) == slice) {
         block_t **end = collect_run(h, pg, first, at + 1);
         if (end != at + 1) {                    /* (else b failed the test: below) */
           at = end;
