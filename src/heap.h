@@ -210,7 +210,7 @@ static inline void page_set_local(page_t *pg) {
   atomic_store_explicit(&pg->local, pg->flags || !h || h->user ? 0 : (uintptr_t)h, memory_order_relaxed);
 }
 static inline list_t *hm_push_target(const void *p) {
-  return slice_push_of(segment_of(p), ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT);
+  return slice_push_of(segment_of(p), slice_index(p));
 }
 
 /* A page's owner (and what goes with it). */

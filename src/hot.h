@@ -171,7 +171,7 @@ HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
 HM_INLINE void hm_free_block(void *p, bool to_cache, size_t size) {
   if (likely(segment_near(p))) {                     /* not NULL, a foreign pointer nor a far segment's */
     segment_t *s = segment_of(p);
-    size_t k = ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT;
+    size_t k = slice_index(p);
     page_t *pg = s->slice_page[k];
     if (unlikely(size > pg->block_size)) { hm_free_sized_slow(p, size); return; }
     block_t *b = (block_t *)p;

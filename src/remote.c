@@ -260,7 +260,7 @@ void remote_free(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
  * twice is caught (the second time it looks free). */
 static void collect_one(heap_t *h, block_t *b) {
   segment_t *s = segment_of(b);
-  size_t k = ((uintptr_t)b & SEG_MASK) >> SLICE_SHIFT;
+  size_t k = slice_index(b);
   page_t *pg = s->slice_page[k];
   list_t *to = slice_push_of(s, k);
   /* Its sender found b a block start of ours, but a page given back since (a
@@ -334,7 +334,7 @@ static void collect_buffer(heap_t *h, rbuf_t *o) {
     if (at - first >= COLLECT_AHEAD) __builtin_prefetch(at[-COLLECT_AHEAD], 1);
     if (slice_of(b) != slice) {
       segment_t *s = segment_of(b);
-      size_t k = ((uintptr_t)b & SEG_MASK) >> SLICE_SHIFT;
+      size_t k = slice_index(b);
       slice = slice_of(b);
       pg = s->slice_page[k];
       to = slice_push_of(s, k);

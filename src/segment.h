@@ -94,9 +94,10 @@ static inline uint64_t slice_run(size_t i, size_t n) { return (n >= 64 ? ~0ull :
 static inline segment_t *segment_of(const void *p) {
   return (segment_t *)((uintptr_t)p & ~(uintptr_t)SEG_MASK);
 }
-/* The first byte of pg's run of slices. */
-/* The start of the slice p lies in. */
+/* The start of the slice p lies in, and its index in p's segment. */
 static inline uintptr_t slice_of(const void *p) { return (uintptr_t)p & ~(uintptr_t)(SLICE_SIZE - 1); }
+static inline size_t slice_index(const void *p) { return ((uintptr_t)p & SEG_MASK) >> SLICE_SHIFT; }
+/* The first byte of pg's run of slices. */
 static inline uint8_t *page_run(const page_t *pg) { return (uint8_t *)segment_of(pg) + (size_t)pg->slice * SLICE_SIZE; }
 /* Each page of segment s in turn (pg may be given back inside the loop). */
 #define for_each_page(s, pg) \
