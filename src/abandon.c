@@ -101,7 +101,7 @@ uint64_t abandon_tidy(bool force, size_t *left) {
     if (!(s->dirty_slices & ~s->used_slices)) continue;
     if (!s->purge_ms) s->purge_ms = decay_due(&abandoned_decay, now);
     if (force || now >= s->purge_ms) {
-      slices_purge(s, ~0ull);
+      slices_purge(s, ~0ull, force);
       s->purge_ms = 0;
       if (!force) decay_purged(&abandoned_decay);
     }

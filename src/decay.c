@@ -13,16 +13,23 @@
 
 static uint64_t base(void) { return (uint64_t)atomic_load_explicit(&hm_options.purge_delay_ms, memory_order_relaxed); }
 
-/* The delay, within [base, max(base, PURGE_DELAY_MAX_MS)]: a fresh decay
- * starts at 0, and hakmem_option_set may have moved the base either way. */
+/* The delay, within [base, max(base, PURGE_DELAY_MAX_MS)].  A fresh decay
+ * starts at the base.  When hakmem_option_set has moved the base, the delay
+ * moves with it, keeping what reuse made it grow over the old base: a delay
+ * that was the old base alone becomes the new one (60 s set to 0 is 0, not
+ * the 1 s cap of a delay grown by reuse). */
 uint64_t decay_delay(decay_t *d) {
   uint64_t b = base(), top = b > PURGE_DELAY_MAX_MS ? b : PURGE_DELAY_MAX_MS;
+  if (d->base_ms != b) {
+    d->delay_ms = d->base_ms ? d->delay_ms * b / d->base_ms : b;
+    d->base_ms = b;
+  }
   if (d->delay_ms < b) d->delay_ms = b;
   if (d->delay_ms > top) d->delay_ms = top;
   return d->delay_ms;
 }
 
-void decay_reset(decay_t *d) { d->delay_ms = base(); }
+void decay_reset(decay_t *d) { d->delay_ms = d->base_ms = base(); }
 
 bool decay_at_base(decay_t *d) { return decay_delay(d) == base(); }
 

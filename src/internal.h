@@ -384,6 +384,7 @@ static inline uintptr_t block_next(const page_t *pg, uintptr_t b) {
 #define PURGE_DELAY_MAX_MS 1000
 typedef struct decay_s {
   uint64_t delay_ms;             /* 0 until first used: then at least HAKMEM_PURGE_DELAY_MS */
+  uint64_t base_ms;              /* HAKMEM_PURGE_DELAY_MS when delay_ms was last set */
 } decay_t;
 uint64_t decay_delay(decay_t *d);                  /* the delay now */
 static inline uint64_t decay_due(decay_t *d, uint64_t now) { return now + decay_delay(d); }

@@ -222,7 +222,7 @@ static segment_t *cache_keep_lowest(segment_t *u) {
   for (segment_t *s = u, *next; s; s = next) {    /* u's lowest into the cache */
     next = s->next;
     if ((uintptr_t)s > t) { *at = s; at = &s->next; continue; }
-    slices_purge(s, ~0ull);
+    slices_purge(s, ~0ull, false);
     segq_push(&cache_cold, s);
     cache_count++;
   }
@@ -245,7 +245,7 @@ static uint64_t cache_decay(uint64_t now, bool force, bool purger, segment_t **u
   for (segment_t *s; (s = cache.last) != NULL && (force || now >= s->purge_ms);) {
     segq_remove(&cache, s);
     if (s->dirty_slices) {
-      slices_purge(s, ~0ull);
+      slices_purge(s, ~0ull, force);
       if (!force) decay_purged(&cached_decay);
     }
     segq_push(&cache_cold, s);

@@ -386,7 +386,7 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
     bool huge = s->advice == ADVICE_ALL && s->small_halves != 3;   /* a half still whole (a quiet heap's split now) */
     if (mode == PURGE_FORCE) {
       huge_halves(s, mode);
-      slices_purge(s, ~0ull);
+      slices_purge(s, ~0ull, true);
     } else if ((s->purge_ms && now >= s->purge_ms) || (mode == PURGE_IDLE && huge)) {
       unsigned used = (unsigned)__builtin_popcountll(s->used_slices);
       bool draining = mode == PURGE_BUSY && used < s->checked_used;
@@ -400,7 +400,7 @@ bool segment_purge_due(heap_t *h, enum purge_mode mode, segment_t *watch) {
       }
       if (purge) {
         decay_purged(&h->decay);
-        slices_purge(s, purge);
+        slices_purge(s, purge, false);
       }
     }
     else { if (s->purge_ms && (!next || s->purge_ms < next)) next = s->purge_ms; continue; }

@@ -168,7 +168,7 @@ void    registry_fork_prepare(void), registry_fork_parent(void);
 void    slices_init(segment_t *s, size_t size, bool fresh);   /* a header with every slice free */
 void    slices_index(segment_t *s);              /* s's used or dirty slices changed: rebin it */
 void    slices_unindex(heap_t *h, segment_t *s);
-void    slices_purge(segment_t *s, uint64_t mask);   /* the free slices in mask */
+void    slices_purge(segment_t *s, uint64_t mask, bool forced);   /* the free slices in mask */
 void    slices_half_small(segment_t *s, unsigned half); /* half of a segment in huge pages asks for 4 KiB pages */
 void    slices_free(segment_t *s, page_t *pg);   /* a page's run back to s */
 

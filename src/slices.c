@@ -95,13 +95,16 @@ void slices_half_small(segment_t *s, unsigned half) {
   s->small_halves |= (uint8_t)(1u << half);
 }
 
-/* Purge the free slices in mask, coalescing runs into one madvise each.  In
+/* Purge the free slices in mask, coalescing runs into one madvise each, and
+ * note them purged for the decay (decay_reused, as they are taken again)
+ * unless the purge was forced (malloc_trim, hakmem_collect): memory the
+ * program had given back says nothing about the delay.  In
  * a segment in huge pages, a half that is still one page was resident whole:
  * its clean free slices in mask go too, and if it keeps a page in use (or the
  * header), it asks for 4 KiB pages first, or khugepaged would make it whole
  * again (an empty cached segment's header, 2 MiB).  A run from slice 1 takes
  * the header slice's tail with it (secure mode keeps its bitmaps there). */
-void slices_purge(segment_t *s, uint64_t mask) {
+void slices_purge(segment_t *s, uint64_t mask, bool forced) {
   uint64_t d = mask & s->dirty_slices & ~s->used_slices;
   for (unsigned half = 0; s->advice == ADVICE_ALL && half < 2; half++) {
     uint64_t m = half_slices(half);
@@ -109,7 +112,7 @@ void slices_purge(segment_t *s, uint64_t mask) {
     d |= m & mask & ~s->used_slices;
     if (s->used_slices & m) slices_half_small(s, half);
   }
-  if (d) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
+  if (d && !forced) { s->purged_slices |= d; s->purged_ms = os_now_ms(); }
   size_t header = s->advice == ADVICE_ALL && !hm_secure ? SEG_HEADER_SIZE : SLICE_SIZE;
   while (d) {
     unsigned i, n;
