@@ -56,6 +56,13 @@ static void *idle_worker(void *arg) {
   return NULL;
 }
 
+/* How long the memory may take to go back: two checks of a heap's delay (a
+ * free slice is aged at one and purged at the next, segment_purge_due), the
+ * delay grown to its 1 s cap (decay.c) when the fills below reuse slices
+ * purged a moment before, as they sometimes do, and the purger's wait for a
+ * quiet heap (up to 1 s). */
+#define RSS_BACK_MS 5000
+
 TEST(rss_falls_back_while_threads_wait) {
   long base = test_rss_kib();
   pthread_barrier_init(&ibar, NULL, IW + 1);
@@ -67,7 +74,7 @@ TEST(rss_falls_back_while_threads_wait) {
   pthread_barrier_wait(&ibar);
   uint64_t t0 = test_now_ms(), t = t0;
   long now = test_rss_kib();
-  while (t - t0 < 2000) {
+  while (t - t0 < RSS_BACK_MS) {
     now = test_rss_kib();
     if (now - base < 16 * 1024) break;
     for (int i = 0; i < 100; i++) {            /* fast paths only: never reaches a slow path */
