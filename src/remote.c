@@ -277,28 +277,46 @@ static void collect_one(heap_t *h, block_t *b) {
 
 #define COLLECT_AHEAD 16                    /* blocks whose lines are fetched ahead */
 
+/* What collect_run tests a block of its run against, in registers. */
+typedef struct run_s {
+  uintptr_t slice, start;          /* the run's slice, its page's first block */
+  uint64_t magic, limit;           /* the page's block-start test (block_start_in) */
+  uintptr_t mark, key;             /* the page's free mark, its list's link key */
+} run_t;
+
+/* Push b onto the chain *head if it lies in the run's slice, is a carved
+ * block start of the page and does not look free already. */
+static inline bool run_push(const run_t *r, block_t *b, uintptr_t *head) {
+  if (slice_of(b) != r->slice || !block_start_in((uintptr_t)b - r->start, r->magic, r->limit) || b[0].word == r->mark)
+    return false;
+  b[0].word = r->mark;
+  b[1].word = link_enc(r->key, b, *head);
+  *head = (uintptr_t)b;
+  return true;
+}
+
 /* Push end[-1], end[-2]... while they lie in the slice of the first, a
  * slice of pg (h's page, whose blocks go onto its own list), each tested as
  * free's fast path tests it, with the page's fields in registers and one
  * store of the list's head and one of its count for the run.  The first
  * block of another slice, or that fails the test (collect_one's then),
  * ends the run; returns where.  A run that gives the page its last block
- * retires it.  (Not inlined: the caller's loop keeps its own registers.) */
+ * retires it.  Two loops: the blocks that fetch the one COLLECT_AHEAD
+ * further, then the last COLLECT_AHEAD (o->block has room for first +
+ * COLLECT_AHEAD).  (Not inlined: the caller's loop keeps its own registers.) */
 static __attribute__((noinline)) block_t **collect_run(heap_t *h, page_t *pg, block_t **first, block_t **end) {
   list_t *l = &pg->list;
-  const uintptr_t slice = slice_of(end[-1]), start = (uintptr_t)pg->start;
-  const uint64_t magic = pg->magic, limit = racy_word(&pg->limit);
-  const uintptr_t mark = pg->key, key = l->key;
+  const run_t r = { slice_of(end[-1]), (uintptr_t)pg->start, pg->magic, racy_word(&pg->limit), pg->key, l->key };
   uintptr_t head = list_head(l);
-  uint32_t n = 0;
-  for (; end > first; end--, n++) {
-    block_t *b = end[-1];
-    if (slice_of(b) != slice || !block_start_in((uintptr_t)b - start, magic, limit) || b[0].word == mark) break;
-    if (end - first > COLLECT_AHEAD) __builtin_prefetch(end[-1 - COLLECT_AHEAD], 1);
-    b[0].word = mark;
-    b[1].word = link_enc(key, b, head);
-    head = (uintptr_t)b;
+  block_t **const top = end, **const fetched = first + COLLECT_AHEAD;
+  for (; end > fetched; end--) {
+    __builtin_prefetch(end[-1 - COLLECT_AHEAD], 1);
+    if (!run_push(&r, end[-1], &head)) goto tested;
   }
+  for (; end > first; end--)
+    if (!run_push(&r, end[-1], &head)) break;
+tested:;
+  uint32_t n = (uint32_t)(top - end);
   if (n) {
     uint32_t used = list_count(l);
     hm_assert(n <= used);                       /* (each block was in use, tested) */
