@@ -89,7 +89,7 @@ static void validate_page(heap_t *h, page_t *pg, bool full) {
   segment_t *s = segment_of(pg);
   hm_assert(s->heap == h && atomic_load_explicit(&pg->heap, memory_order_relaxed) == h && pg->slices > 0);
   hm_assert(pg >= s->pages && pg < s->pages + SLICES && (s->pages_map >> (pg - s->pages) & 1));
-  hm_assert(atomic_load_explicit(&pg->rb_slot, memory_order_relaxed) == h->rb_slot);
+  hm_assert(atomic_load_explicit(&pg->rb_slot, memory_order_relaxed) == page_rb_slot(pg, h));
   hm_assert(!(pg->flags & PAGE_FULL) == !full);
   hm_assert(atomic_load_explicit(&pg->local, memory_order_relaxed) == (pg->flags || h->user ? 0 : (uintptr_t)h));
   hm_assert(page_used(pg) <= pg->capacity && pg->capacity <= pg->reserved);
@@ -183,6 +183,9 @@ void heap_validate(heap_t *h) {
   }
   hm_assert(listed == pages);                            /* every page on one list */
   if (hm_tcache_on) validate_caches(h);
+  /* the buffer of no heap takes no block: free's fast path finds no room in it */
+  hm_assert(atomic_load_explicit(&h->out[RB_SLOTS], memory_order_relaxed) == &hm_rb_none &&
+            !hm_rb_none.to && hm_rb_none.n == RB_BLOCKS && !hm_rb_none.next);
 }
 
 #endif

@@ -73,8 +73,10 @@ typedef struct heap_s {
   bool tc_parked;                /* (locked) the purger cut the caches: malloc and free keep
                                     out of them until the owner's next slow path */
   uintptr_t tc_key;
-  _Atomic(rbuf_t *) out[RB_SLOTS]; /* blocks of other heaps this thread freed (atomic: the
-                                    purger may take them, as the thread caches; relaxed) */
+  _Atomic(rbuf_t *) out[RB_SLOTS + 1]; /* blocks of other heaps this thread freed (atomic: the
+                                    purger may take them, as the thread caches; relaxed); a
+                                    slot without a buffer, and out[RB_SLOTS] always, hold
+                                    &hm_rb_none (page_rb_slot) */
   tcl_t tc[TC_CLASSES];          /* thread caches of classes TC_MIN.. (the purger may cut
                                     them, tcache_take) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
@@ -213,9 +215,20 @@ static inline list_t *hm_push_target(const void *p) {
   return slice_push_of(segment_of(p), slice_index(p));
 }
 
-/* A page's owner (and what goes with it). */
+/* The buffer of no heap's blocks, in every slot of heap_t.out without one:
+ * free's fast path finds no room in it and needs no test for an empty slot. */
+extern rbuf_t hm_rb_none;
+/* The slot of out[] that other threads' frees of pg's blocks try first (free's
+ * fast path): its owner h's, or RB_SLOTS, whose buffer is always hm_rb_none,
+ * for blocks above 32 KiB (remote_free counts their bytes) and while pg has
+ * no owner. */
+static inline uint8_t page_rb_slot(const page_t *pg, const heap_t *h) {
+  return h && pg->cls < CLASS_OVER_32K ? h->rb_slot : RB_SLOTS;
+}
+
+/* A page's owner (and what goes with it; its class is set). */
 static inline void page_set_owner(page_t *pg, heap_t *h) {
-  atomic_store_explicit(&pg->rb_slot, h ? h->rb_slot : 0, memory_order_relaxed);
+  atomic_store_explicit(&pg->rb_slot, page_rb_slot(pg, h), memory_order_relaxed);
   atomic_store_explicit(&pg->heap, h, memory_order_release);
   page_set_local(pg);
 }

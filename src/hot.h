@@ -148,12 +148,13 @@ HM_INLINE bool hm_freeable(const page_t *pg, const block_t *b, uintptr_t off) {
 
 /* Another heap's block b (owner: to): into h's buffer for to, without
  * touching b (the owner tests each block for a double free as it collects
- * the buffer, remote.c); remote_free when the buffer is for another heap or
- * full, or b is above 32 KiB (remote_free counts those blocks' bytes). */
+ * the buffer, remote.c); remote_free when the buffer is for another heap,
+ * none (hm_rb_none) or full, which is also how a block above 32 KiB goes
+ * there (page_rb_slot: remote_free counts those blocks' bytes). */
 HM_INLINE void hm_free_remote(heap_t *h, page_t *pg, block_t *b, heap_t *to) {
   if (likely(tc_enter(h))) {
     rbuf_t *o = atomic_load_explicit(HM_ELEM(h, out, atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)), memory_order_relaxed);
-    if (likely(o != NULL) && likely(o->to == to) && likely(o->n < RB_BLOCKS) && likely(pg->cls < CLASS_OVER_32K)) {
+    if (likely(o->to == to) && likely(o->n < RB_BLOCKS)) {
       o->block[o->n++] = b;
       tc_leave(h);
       return;

@@ -225,7 +225,7 @@ typedef struct page_s {
                                     thread reads it, hence atomic, relaxed: a plain load) */
   size_t block_size;
   uint8_t cls;                   /* size class, CLASS_LARGE or CLASS_HUGE */
-  _Atomic uint8_t rb_slot;       /* the owner's rb_slot, set with heap (any thread reads it) */
+  _Atomic uint8_t rb_slot;       /* page_rb_slot, set with heap (any thread reads it) */
   _Atomic uint8_t flags;         /* PAGE_*, set with local; another thread's free tests
                                     PAGE_SLOW (hot.h) */
   /* the owner's */

@@ -47,6 +47,7 @@
 _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
 bool hm_remote_on;
+rbuf_t hm_rb_none = { .to = NULL, .n = RB_BLOCKS };
 
 void remote_process_init(bool fence) { hm_remote_on = fence && !hm_counting; }
 
@@ -203,20 +204,20 @@ void remote_send(rbuf_t *o) {
 static bool buffer_block(heap_t *h, page_t *pg, block_t *b, heap_t *to, uint32_t size, bool *none) {
   rbuf_t *send = NULL, *o;
   bool kept = false;
-  _Atomic(rbuf_t *) *slot = &h->out[atomic_load_explicit(&pg->rb_slot, memory_order_relaxed)];
+  _Atomic(rbuf_t *) *slot = &h->out[to->rb_slot];   /* (pg's may be RB_SLOTS: page_rb_slot) */
   if (tc_enter(h)) {                            /* (else the purger is taking h->out[]) */
     o = atomic_load_explicit(slot, memory_order_relaxed);
-    if (o && o->to == to && o->n < RB_BLOCKS) {   /* (the purger was here a moment ago, or b is big) */
+    if (o->to == to && o->n < RB_BLOCKS) {      /* (the purger was here a moment ago, or b is big) */
       o->block[o->n++] = b;
       o->bytes += size;
       kept = true;
       hm_assert(o->n <= RB_BLOCKS);
       if (o->bytes >= RB_BYTES) {               /* big blocks go back soon */
         send = o;
-        atomic_store_explicit(slot, NULL, memory_order_relaxed);
+        atomic_store_explicit(slot, &hm_rb_none, memory_order_relaxed);
       }
     } else {
-      send = o;
+      send = o != &hm_rb_none ? o : NULL;
       if ((o = rb_take(h)) != NULL) {
         o->to = to;
         o->n = 1;
@@ -224,6 +225,7 @@ static bool buffer_block(heap_t *h, page_t *pg, block_t *b, heap_t *to, uint32_t
         o->block[0] = b;
         kept = true;
       } else {
+        o = &hm_rb_none;
         *none = true;
       }
       atomic_store_explicit(slot, o, memory_order_relaxed);
@@ -414,7 +416,7 @@ void remote_collect(heap_t *h) { collect(h, atomic_exchange_explicit(&h->inbox, 
 
 bool remote_held(heap_t *h) {
   for (size_t i = 0; i < RB_SLOTS; i++)
-    if (atomic_load_explicit(&h->out[i], memory_order_relaxed)) return true;
+    if (atomic_load_explicit(&h->out[i], memory_order_relaxed) != &hm_rb_none) return true;
   return false;
 }
 
@@ -432,12 +434,12 @@ void remote_flush(heap_t *h) {
   }
   for (size_t i = 0; i < RB_SLOTS; i++) {
     o[i] = atomic_load_explicit(&h->out[i], memory_order_relaxed);
-    atomic_store_explicit(&h->out[i], NULL, memory_order_relaxed);
-    hm_assert(!o[i] || (o[i]->n > 0 && o[i]->n <= RB_BLOCKS));
+    atomic_store_explicit(&h->out[i], &hm_rb_none, memory_order_relaxed);
+    hm_assert(o[i] == &hm_rb_none || (o[i]->n > 0 && o[i]->n <= RB_BLOCKS));
   }
   tc_leave(h);
   for (size_t i = 0; i < RB_SLOTS; i++)
-    if (o[i]) remote_send(o[i]);
+    if (o[i] != &hm_rb_none) remote_send(o[i]);
   rb_trim(h, RB_KEEP);
 }
 
