@@ -345,7 +345,7 @@ tested:;
  * the buffer's own lines were fetched before (rb_fetch). */
 static void collect_buffer(heap_t *h, rbuf_t *o) {
   block_t **first = (block_t **)o->block, **at = first + o->n;
-  for (block_t **p = at; p-- > first && at - p <= COLLECT_AHEAD;) __builtin_prefetch(*p, 1);
+  for (block_t **p = at, **stop = o->n > COLLECT_AHEAD ? at - COLLECT_AHEAD : first; p-- > stop;) __builtin_prefetch(*p, 1);
   uintptr_t slice = 1;                          /* what pg and to are for (1: nothing) */
   page_t *pg = &hm_page_invalid;
   list_t *to = NULL;
