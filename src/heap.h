@@ -72,7 +72,6 @@ typedef struct heap_s {
   _Atomic uint8_t tc_stop;       /* the purger is taking the buffers: keep out */
   bool tc_parked;                /* (locked) the purger cut the caches: malloc and free keep
                                     out of them until the owner's next slow path */
-  uintptr_t tc_key;
   _Atomic(rbuf_t *) out[RB_SLOTS + 1]; /* blocks of other heaps this thread freed (atomic: the
                                     purger may take them, as the thread caches; relaxed); a
                                     slot without a buffer, and out[RB_SLOTS] always, hold
@@ -133,6 +132,7 @@ typedef struct heap_s {
                                     is recycled: the cache entries stay the same (20 KiB) */
   struct heap_s *_Atomic next_all; /* registry of every heap ever made (never unlinked) */
   struct quarantine_s *quarantine; /* secure mode: recently freed blocks (secure.c) */
+  uintptr_t tc_key;              /* the thread caches' link key (set anew, tcache_init) */
   uint32_t rb_made;              /* of rb[], the buffers in use (remote.c) */
   list_t tc_sink;                /* where the owner's frees of the cached classes go while
                                     the caches are parked: the first calls out (tcache_full) */
