@@ -184,7 +184,7 @@ void heap_validate(heap_t *h) {
   hm_assert(listed == pages);                            /* every page on one list */
   if (hm_tcache_on) validate_caches(h);
   /* the buffer of no heap takes no block: free's fast path finds no room in it */
-  hm_assert(atomic_load_explicit(&h->out[RB_SLOTS], memory_order_relaxed) == &hm_rb_none &&
+  hm_assert(atomic_load_explicit(&h->out[RB_SLOTS], memory_order_relaxed) == RB_NONE &&
             !hm_rb_none.to && hm_rb_none.n == RB_BLOCKS && !hm_rb_none.next);
 }
 

@@ -75,7 +75,7 @@ typedef struct heap_s {
   _Atomic(rbuf_t *) out[RB_SLOTS + 1]; /* blocks of other heaps this thread freed (atomic: the
                                     purger may take them, as the thread caches; relaxed); a
                                     slot without a buffer, and out[RB_SLOTS] always, hold
-                                    &hm_rb_none (page_rb_slot) */
+                                    RB_NONE (page_rb_slot) */
   tcl_t tc[TC_CLASSES];          /* thread caches of classes TC_MIN.. (the purger may cut
                                     them, tcache_take) */
   pageq_t queue[CLASSES];        /* pages with (possibly) free blocks, per class */
@@ -216,8 +216,10 @@ static inline list_t *hm_push_target(const void *p) {
 }
 
 /* The buffer of no heap's blocks, in every slot of heap_t.out without one:
- * free's fast path finds no room in it and needs no test for an empty slot. */
-extern rbuf_t hm_rb_none;
+ * free's fast path finds no room in it and needs no test for an empty slot.
+ * Read-only: nothing appends to it, and a write would fault. */
+extern const rbuf_t hm_rb_none;
+#define RB_NONE ((rbuf_t *)&hm_rb_none)
 /* The slot of out[] that other threads' frees of pg's blocks try first (free's
  * fast path): its owner h's, or RB_SLOTS, whose buffer is always hm_rb_none,
  * for blocks above 32 KiB (remote_free counts their bytes) and while pg has

@@ -47,7 +47,7 @@
 _Static_assert(sizeof(rbuf_t) == 512, "a buffer is 8 cache lines");
 
 bool hm_remote_on;
-rbuf_t hm_rb_none = { .to = NULL, .n = RB_BLOCKS };
+const rbuf_t hm_rb_none = { .to = NULL, .n = RB_BLOCKS };
 
 void remote_process_init(bool fence) { hm_remote_on = fence && !hm_counting; }
 
@@ -214,10 +214,10 @@ static bool buffer_block(heap_t *h, page_t *pg, block_t *b, heap_t *to, uint32_t
       hm_assert(o->n <= RB_BLOCKS);
       if (o->bytes >= RB_BYTES) {               /* big blocks go back soon */
         send = o;
-        atomic_store_explicit(slot, &hm_rb_none, memory_order_relaxed);
+        atomic_store_explicit(slot, RB_NONE, memory_order_relaxed);
       }
     } else {
-      send = o != &hm_rb_none ? o : NULL;
+      send = o != RB_NONE ? o : NULL;
       if ((o = rb_take(h)) != NULL) {
         o->to = to;
         o->n = 1;
@@ -225,7 +225,7 @@ static bool buffer_block(heap_t *h, page_t *pg, block_t *b, heap_t *to, uint32_t
         o->block[0] = b;
         kept = true;
       } else {
-        o = &hm_rb_none;
+        o = RB_NONE;
         *none = true;
       }
       atomic_store_explicit(slot, o, memory_order_relaxed);
@@ -416,7 +416,7 @@ void remote_collect(heap_t *h) { collect(h, atomic_exchange_explicit(&h->inbox, 
 
 bool remote_held(heap_t *h) {
   for (size_t i = 0; i < RB_SLOTS; i++)
-    if (atomic_load_explicit(&h->out[i], memory_order_relaxed) != &hm_rb_none) return true;
+    if (atomic_load_explicit(&h->out[i], memory_order_relaxed) != RB_NONE) return true;
   return false;
 }
 
@@ -434,12 +434,12 @@ void remote_flush(heap_t *h) {
   }
   for (size_t i = 0; i < RB_SLOTS; i++) {
     o[i] = atomic_load_explicit(&h->out[i], memory_order_relaxed);
-    atomic_store_explicit(&h->out[i], &hm_rb_none, memory_order_relaxed);
-    hm_assert(o[i] == &hm_rb_none || (o[i]->n > 0 && o[i]->n <= RB_BLOCKS));
+    atomic_store_explicit(&h->out[i], RB_NONE, memory_order_relaxed);
+    hm_assert(o[i] == RB_NONE || (o[i]->n > 0 && o[i]->n <= RB_BLOCKS));
   }
   tc_leave(h);
   for (size_t i = 0; i < RB_SLOTS; i++)
-    if (o[i] != &hm_rb_none) remote_send(o[i]);
+    if (o[i] != RB_NONE) remote_send(o[i]);
   rb_trim(h, RB_KEEP);
 }
 

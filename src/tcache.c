@@ -366,7 +366,7 @@ static void cut_after_first(heap_t *h, size_t i) {
 void tcache_take(heap_t *h) {
   rbuf_t *out[RB_SLOTS];
   hm_assert(heap_held(h));
-  for (size_t i = 0; i < RB_SLOTS; i++) out[i] = &hm_rb_none;
+  for (size_t i = 0; i < RB_SLOTS; i++) out[i] = RB_NONE;
   bool caches = !h->tc_parked && any_held(h);
   if (!caches && !remote_held(h)) return;
   if (caches) heap_route_caches(h, false);          /* malloc and free keep out of them */
@@ -378,13 +378,13 @@ void tcache_take(heap_t *h) {
     }
     /* the owner busy: not quiet after all, its buffers stay */
     if (!atomic_load_explicit(&h->tc_busy, memory_order_acquire))
-      for (size_t i = 0; i < RB_SLOTS; i++) out[i] = atomic_exchange_explicit(&h->out[i], &hm_rb_none, memory_order_relaxed);
+      for (size_t i = 0; i < RB_SLOTS; i++) out[i] = atomic_exchange_explicit(&h->out[i], RB_NONE, memory_order_relaxed);
   } else if (caches) {
     heap_route_caches(h, true);
   }
   atomic_store_explicit(&h->tc_stop, hm_counting, memory_order_release);
   for (size_t i = 0; i < RB_SLOTS; i++)
-    if (out[i] != &hm_rb_none) remote_send(out[i]);
+    if (out[i] != RB_NONE) remote_send(out[i]);
 }
 
 /* (owner, locked) The caches after the purger's cut, then malloc and free

@@ -13,7 +13,7 @@
 __thread heap_t *hm_tls_heap = &hm_heap_empty;
 heap_t hm_heap_empty = { .direct = { [0 ... DIRECT_N - 1] = &hm_page_empty.list },
                          .current = { [0 ... CLASSES] = &hm_page_empty.list },
-                         .out = { [0 ... RB_SLOTS] = &hm_rb_none } };
+                         .out = { [0 ... RB_SLOTS] = RB_NONE } };
 
 static pthread_once_t process_once = PTHREAD_ONCE_INIT;
 static pthread_key_t heap_key;
@@ -185,7 +185,7 @@ heap_t *heap_made(void) {
   h->rand = os_random() | 1;
   static _Atomic unsigned heaps_made;
   h->rb_slot = (uint8_t)(atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) % RB_SLOTS);
-  for (size_t i = 0; i <= RB_SLOTS; i++) atomic_store_explicit(&h->out[i], &hm_rb_none, memory_order_relaxed);
+  for (size_t i = 0; i <= RB_SLOTS; i++) atomic_store_explicit(&h->out[i], RB_NONE, memory_order_relaxed);
   tcache_init(h);
   heap_direct_init(h);
   h->ticks = HEAP_TICKS;
