@@ -278,6 +278,7 @@ static void collect_one(heap_t *h, block_t *b) {
 }
 
 #define COLLECT_AHEAD 16                    /* blocks whose lines are fetched ahead */
+_Static_assert(RB_BLOCKS > COLLECT_AHEAD, "collect_run's first + COLLECT_AHEAD lies in o->block");
 
 /* What collect_run tests a block of its run against, in registers. */
 typedef struct run_s {
@@ -304,8 +305,8 @@ static inline bool run_push(const run_t *r, block_t *b, uintptr_t *head) {
  * block of another slice, or that fails the test (collect_one's then),
  * ends the run; returns where.  A run that gives the page its last block
  * retires it.  Two loops: the blocks that fetch the one COLLECT_AHEAD
- * further, then the last COLLECT_AHEAD (o->block has room for first +
- * COLLECT_AHEAD).  (Not inlined: the caller's loop keeps its own registers.) */
+ * further, then the last COLLECT_AHEAD.  (Not inlined: the caller's loop
+ * keeps its own registers.) */
 static __attribute__((noinline)) block_t **collect_run(heap_t *h, page_t *pg, block_t **first, block_t **end) {
   list_t *l = &pg->list;
   const run_t r = { slice_of(end[-1]), (uintptr_t)pg->start, pg->magic, racy_word(&pg->limit), pg->key, l->key };
